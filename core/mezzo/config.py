@@ -1,0 +1,241 @@
+"""TOML configuration of the master and the agent, validated with errors naming the key.
+
+A file looks like::
+
+    [master]
+    listen = "127.0.0.1:5050"
+    allocation_interval = 0.1
+    [master.allocator]
+    name = "drf"
+    [master.allocator.drf]          # the selected component's own table
+    roles = { analytics = 2.0 }
+
+    [agent]
+    master = "127.0.0.1:5050"
+    resources = "cpus:4;mem:4096"
+    isolation = ["posix"]
+
+    [log]
+    level = "info"
+
+Every key is declared below with its type and default (``docs/configuration.md``
+documents them); an unknown key or a value of the wrong type raises
+:class:`~mezzo.errors.ConfigError` naming the dotted key. Tables that belong to a
+component (``master.allocator.<name>``, ``agent.isolators.<name>``) are passed to
+that component as plain dicts and validated by it, since only it knows its keys.
+
+Command-line flags override the file: the CLI calls :func:`load` with the file's
+path and a dict of dotted overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+CONFIG_ENV = "MEZZO_CONFIG"
+
+
+@dataclass
+class AllocatorConfig:
+    name: str = "drf"
+    """Allocator component (``mezzo plugins`` lists the installed ones)."""
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-component tables, e.g. ``settings["drf"]`` from ``[master.allocator.drf]``."""
+
+    def selected_settings(self) -> dict[str, Any]:
+        return self.settings.get(self.name, {})
+
+
+@dataclass
+class MasterConfig:
+    listen: str = "127.0.0.1:5050"
+    """Address the master binds."""
+    allocation_interval: float = 0.1
+    """Seconds over which allocation triggers are batched into one cycle."""
+    offer_timeout: float = 30.0
+    """Seconds before an unanswered offer is rescinded and re-offered (0 = never)."""
+    refuse_seconds: float = 5.0
+    """Default refuse filter for declines and unused parts of accepted offers."""
+    agent_reregister_timeout: float = 30.0
+    """Seconds a disconnected agent has to come back before its tasks are TASK_LOST."""
+    max_frame_bytes: int = 16 * 1024 * 1024
+    """Largest message accepted; bigger frames close the connection."""
+    offer_filters: list[str] = field(default_factory=list)
+    """Offer filter components applied after the built-in framework filters, in order."""
+    offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+
+
+@dataclass
+class AgentConfig:
+    master: str = "127.0.0.1:5050"
+    """The master to register with."""
+    listen: str = "127.0.0.1:5051"
+    """Address the agent binds (executors connect here)."""
+    hostname: str = ""
+    """Name reported to the master; empty = this machine's hostname."""
+    resources: str = ""
+    """Mesos syntax, e.g. ``cpus:4;mem:4096;ports:[31000-32000]``; empty = detected."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    work_dir: str = "/tmp/mezzo/agent"
+    """Sandboxes live under ``<work_dir>/frameworks/...``."""
+    isolation: list[str] = field(default_factory=lambda: ["posix"])
+    """Isolator components, in the order they prepare and isolate."""
+    isolator_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kill_grace_period: float = 3.0
+    """Seconds between asking a task to stop (SIGTERM / executor kill) and killing its process tree."""
+    executor_register_timeout: float = 20.0
+    """Seconds a launched executor has to register before it is killed and its tasks fail."""
+    status_update_retry: float = 1.0
+    """First retry interval for unacknowledged status updates (doubles up to 30 s)."""
+    reconnect_interval: float = 0.5
+    """Seconds between attempts to reach a lost master."""
+    max_frame_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass
+class LogConfig:
+    level: str = "info"
+    """debug, info, warning or error."""
+    format: str = "console"
+    """console (human) or json (one object a line)."""
+
+
+@dataclass
+class Config:
+    master: MasterConfig = field(default_factory=MasterConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+# Component tables: the TOML table holding a component's settings, the dataclass
+# field the tables land in, and the key selecting the component(s).
+_COMPONENT_TABLES = {
+    ("master", "offer_filter"): "offer_filter_settings",
+    ("agent", "isolators"): "isolator_settings",
+}
+
+
+def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read ``path`` (or ``$MEZZO_CONFIG``, or nothing) and apply dotted ``overrides``.
+
+    Raises :class:`ConfigError` naming the key for unknown keys, wrong types, an
+    unreadable file or bad TOML.
+    """
+    path = path or os.environ.get(CONFIG_ENV) or None
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(str(path), f"cannot read config file: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(path), f"invalid TOML: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return from_dict(data)
+
+
+def from_dict(data: Mapping[str, Any]) -> Config:
+    """Build a validated :class:`Config` from parsed TOML."""
+    return _build(Config, data, "")
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(prefix.rstrip(".") or "<root>", f"expected a table, got {_kind(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _component_fields(cls)}
+    kwargs: dict[str, Any] = {}
+    components = _component_fields(cls)
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        comp_field = _component_table(cls, key)
+        if comp_field is not None:
+            kwargs[comp_field] = _component_settings(value, dotted)
+            continue
+        if cls is AllocatorConfig and key not in fields:
+            # [master.allocator.<name>]: the named allocator's own settings table.
+            if not isinstance(value, Mapping):
+                raise ConfigError(dotted, f"unknown key (allocator settings tables must be tables, got {_kind(value)})")
+            kwargs.setdefault("settings", {})[key] = dict(value)
+            continue
+        f = fields.get(key)
+        if f is None:
+            known = ", ".join(sorted([*fields, *components.values()]))
+            raise ConfigError(dotted, f"unknown key (known keys here: {known})")
+        kwargs[key] = _coerce(f.type, value, dotted)
+    return cls(**kwargs)
+
+
+def _component_fields(cls: type) -> dict[str, str]:
+    section = {MasterConfig: "master", AgentConfig: "agent"}.get(cls)
+    return {fld: table for (sec, table), fld in _COMPONENT_TABLES.items() if sec == section}
+
+
+def _component_table(cls: type, key: str) -> str | None:
+    section = {MasterConfig: "master", AgentConfig: "agent"}.get(cls)
+    fld = _COMPONENT_TABLES.get((section, key)) if section else None
+    return fld
+
+
+def _component_settings(value: Any, dotted: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(dotted, f"expected a table of component tables, got {_kind(value)}")
+    out = {}
+    for name, table in value.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{dotted}.{name}", f"expected a table, got {_kind(table)}")
+        out[name] = dict(table)
+    return out
+
+
+_NESTED = {"AllocatorConfig": AllocatorConfig, "MasterConfig": MasterConfig,
+           "AgentConfig": AgentConfig, "LogConfig": LogConfig}
+
+
+def _coerce(type_: Any, value: Any, dotted: str) -> Any:
+    t = type_ if isinstance(type_, str) else getattr(type_, "__name__", str(type_))
+    if t in _NESTED:
+        return _build(_NESTED[t], value, dotted + ".")
+    if t == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(dotted, f"expected a number, got {_kind(value)}")
+        if value < 0 or value != value or value in (float("inf"),):
+            raise ConfigError(dotted, f"expected a finite number >= 0, got {value!r}")
+        return float(value)
+    if t == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(dotted, f"expected a positive integer, got {value!r}")
+        return value
+    if t == "str":
+        if not isinstance(value, str):
+            raise ConfigError(dotted, f"expected a string, got {_kind(value)}")
+        return value
+    if t == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(dotted, f"expected a list of strings, got {value!r}")
+        return list(value)
+    if t == "dict[str, str]":
+        if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(dotted, f"expected a table of strings, got {value!r}")
+        return dict(value)
+    raise AssertionError(f"config field {dotted} has unsupported type {t}")  # our bug, not the user's
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a table"
+    return f"{type(value).__name__} {value!r}"

@@ -1,0 +1,323 @@
+"""The plugin contract of mezzo: every hook and every component interface.
+
+This module is the whole contract between mezzo and its plugins. A plugin is a
+pip-installable package with an entry point in the group ``mezzo`` naming a
+module (or object) holding ``@mezzo.hookimpl`` functions::
+
+    [project.entry-points.mezzo]
+    drf = "mezzo_allocator_drf.plugin"
+
+Components and hooks
+--------------------
+Policy that a cluster runs *one of* (the allocator) or *an ordered list of*
+(isolators, offer filters) is a **component**: a class with a ``name`` that a
+plugin registers from :func:`mezzo_register_components` and that the operator
+switches on by name in TOML. Installing a plugin never switches anything on.
+
+Everything else is an **observer hook** (``mezzo_task_status``, ...): called for
+every plugin that implements it, for metrics and audit, results ignored. Observer
+hooks run on the daemon's event loop: keep them cheap and never block.
+
+A hook implementation that does not match its spec fails at start-up
+(``PluginManager.check_pending``), not at the first call.
+
+Component interfaces
+--------------------
+:class:`Allocator`, :class:`OfferFilter` and :class:`Isolator` below are the base
+classes components derive from. Their methods are documented with when the core
+calls them and what their return means.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .plugins import ComponentRegistry
+    from .resources import Resources
+    from .wire.ttypes import AgentInfo, FrameworkInfo, Offer, TaskStatus
+
+PROJECT = "mezzo"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --------------------------------------------------------------------- hooks
+
+
+@hookspec(historic=True)
+def mezzo_register_components(registry: "ComponentRegistry") -> None:
+    """Register the component classes this plugin provides.
+
+    Called once per process when the plugin manager is built (historic: a plugin
+    registered later gets the call replayed). Call ``registry.add(cls)`` for each
+    :class:`Allocator`, :class:`OfferFilter` or :class:`Isolator` subclass; the
+    kind comes from the base class and the name from ``cls.name``. Registering two
+    components of one kind under one name is a start-up error naming both plugins.
+    Return value: ignored.
+    """
+
+
+@hookspec
+def mezzo_task_status(framework_id: str, status: "TaskStatus") -> None:
+    """Observer, master side: a task status update reached the master (before it is
+    forwarded to the scheduler). Includes the master's own TASK_ERROR/TASK_DROPPED
+    answers to bad launches. Return value: ignored."""
+
+
+@hookspec
+def mezzo_offers_sent(framework_id: str, offers: "list[Offer]") -> None:
+    """Observer, master side: an allocation cycle sent ``offers`` to a framework.
+    Return value: ignored."""
+
+
+@hookspec
+def mezzo_agent_added(agent: "AgentInfo") -> None:
+    """Observer, master side: an agent registered (new id) or re-registered.
+    Return value: ignored."""
+
+
+@hookspec
+def mezzo_agent_removed(agent_id: str, reason: str) -> None:
+    """Observer, master side: an agent left the cluster (lost, or did not come back
+    within ``master.agent_reregister_timeout``); ``reason`` says which.
+    Return value: ignored."""
+
+
+@hookspec
+def mezzo_framework_added(framework: "FrameworkInfo") -> None:
+    """Observer, master side: a framework registered and was given its id.
+    Return value: ignored."""
+
+
+@hookspec
+def mezzo_framework_removed(framework_id: str, reason: str) -> None:
+    """Observer, master side: a framework unregistered or was removed.
+    Return value: ignored."""
+
+
+@hookspec
+def mezzo_leader_elected(master: str) -> None:
+    """Observer: ``master`` (``host:port``) became the leading master.
+    Return value: ignored."""
+
+
+# ----------------------------------------------------------------- components
+
+
+class Component:
+    """Base of all components. Subclasses set ``name`` (the TOML name)."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    """One line shown by ``mezzo plugins``."""
+
+    def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
+        """Validate ``settings`` (the component's TOML table, possibly empty).
+
+        ``key`` is the dotted TOML key of that table (e.g. ``master.allocator.drf``):
+        raise :class:`mezzo.errors.ConfigError` with ``f"{key}.<setting>"`` for any
+        unknown or invalid setting. The base implementation accepts no settings.
+        """
+        for k in settings:
+            from .errors import ConfigError
+
+            raise ConfigError(f"{key}.{k}", f"unknown setting for {self.kind} {self.name!r}")
+
+
+class AllocationCycle(abc.ABC):
+    """What an allocator sees of one allocation cycle. Provided by the master.
+
+    The master builds one per cycle, after expiring refuse filters and offers.
+    """
+
+    @abc.abstractmethod
+    def agents(self) -> Iterable[str]:
+        """Ids of the agents with free resources worth offering, in a shuffled order
+        (shuffling spreads frameworks over agents, as Apache Mesos does)."""
+
+    @abc.abstractmethod
+    def free(self, agent_id: str) -> "Resources":
+        """Unallocated, unoffered resources of ``agent_id`` right now."""
+
+    @abc.abstractmethod
+    def may_offer(self, framework_id: str, agent_id: str) -> bool:
+        """False when a refuse filter (from a decline), the framework's persistent
+        filters or an offer filter component rule the pair out. Cheap: O(1) for
+        refuse filters, then each offer filter once. The reason for a False is
+        recorded by the master (for the state output), not returned."""
+
+    @abc.abstractmethod
+    def offer(self, framework_id: str, agent_id: str) -> None:
+        """Offer every free resource of ``agent_id`` to ``framework_id``.
+
+        The master records the offer and sends it at the end of the cycle, and
+        calls :meth:`Allocator.allocated` before returning, so the framework's
+        share already includes the offer when the allocator picks for the next
+        agent. After this call ``free(agent_id)`` is empty.
+        """
+
+
+class Allocator(Component):
+    """An allocation policy: decides which framework is offered each agent.
+
+    The master keeps the allocator's view of the cluster current through the
+    notification methods, calls :meth:`allocate` once per cycle, and never calls
+    two methods concurrently (everything runs on the master's event loop). Every
+    method must be cheap: the master serves tens of thousands of agents from one
+    thread. Notifications are idempotent in the sense that the master calls each
+    ``add_*`` once per id and the matching ``remove_*`` at most once after it.
+    """
+
+    kind = "allocator"
+
+    @abc.abstractmethod
+    def add_framework(self, framework_id: str, info: "FrameworkInfo") -> None:
+        """A framework registered. It starts active (wanting offers)."""
+
+    @abc.abstractmethod
+    def remove_framework(self, framework_id: str) -> None:
+        """A framework left; its allocation has already been recovered."""
+
+    @abc.abstractmethod
+    def activate(self, framework_id: str) -> None:
+        """The framework wants offers again (``set_needs_offers(True)``, reconnect)."""
+
+    @abc.abstractmethod
+    def deactivate(self, framework_id: str) -> None:
+        """The framework wants no offers (``set_needs_offers(False)``, disconnect).
+        Its allocation still counts toward its share."""
+
+    @abc.abstractmethod
+    def add_agent(self, agent_id: str, total: "Resources") -> None:
+        """An agent joined; ``total`` is added to the cluster's resources."""
+
+    @abc.abstractmethod
+    def remove_agent(self, agent_id: str, total: "Resources") -> None:
+        """An agent left; allocations on it have already been recovered."""
+
+    @abc.abstractmethod
+    def allocated(self, framework_id: str, resources: "Resources") -> None:
+        """``resources`` now count toward the framework's allocation: offered to it
+        (an outstanding offer counts, paper §3.5) or used by its tasks."""
+
+    @abc.abstractmethod
+    def recovered(self, framework_id: str, resources: "Resources") -> None:
+        """``resources`` no longer count toward the framework: declined, rescinded,
+        unused part of an accepted offer, or freed by a finished task."""
+
+    @abc.abstractmethod
+    def allocate(self, cycle: AllocationCycle) -> None:
+        """Run one allocation cycle: for agents in ``cycle.agents()``, call
+        ``cycle.offer(framework, agent)`` for the framework the policy prefers among
+        the active ones for which ``cycle.may_offer`` holds. Leaving an agent
+        unoffered is allowed (nothing suitable). Return value: ignored."""
+
+    def guaranteed_share(self, framework_id: str) -> "Resources":
+        """The resources this framework may hold without losing tasks to revocation
+        (paper §3.3). The guarantees of all frameworks must fit in the cluster
+        together. Default: nothing guaranteed."""
+        from .resources import Resources
+
+        return Resources()
+
+    def dominant_share(self, framework_id: str) -> float:
+        """The framework's (unweighted) dominant share in [0, 1], for the state output."""
+        return 0.0
+
+
+class OfferFilter(Component):
+    """A predicate run on the master before offering an agent to a framework.
+
+    Enabled by name in ``master.offer_filters`` (in order, after the built-in
+    framework filters of ``set_filters``). The paper's two filters ("only agents in
+    list L", "only agents with at least R free") are built in and registered the
+    same way.
+    """
+
+    kind = "offer_filter"
+
+    @abc.abstractmethod
+    def refuse(self, framework: Any, agent: Any, free: "Resources") -> str | None:
+        """Return ``None`` to allow offering ``free`` on ``agent`` to ``framework``,
+        or a short reason (e.g. ``"agent not in framework's list"``) to treat the
+        resources as declined by it. Called per (framework, agent) candidate inside
+        the allocation cycle: it must be cheap and must not block.
+
+        ``framework`` is the master's record of the framework: ``.id``, ``.info``
+        (FrameworkInfo) and ``.filters`` (FrameworkFilters or None). ``agent`` is the
+        master's record of the agent: ``.id``, ``.info`` (AgentInfo, with hostname
+        and attributes) and ``.total`` (Resources). Treat both as read-only."""
+
+
+@dataclass
+class ContainerLaunch:
+    """How a container's first process is started; isolators adjust it in ``prepare``.
+
+    ``preexec`` functions run in the child between fork and exec, in order (join a
+    cgroup, enter a namespace). ``wrapper`` is prepended to ``argv`` (e.g.
+    ``lxc-execute ... --``).
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    preexec: list[Callable[[], None]] = field(default_factory=list)
+    wrapper: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Container:
+    """One isolation container on an agent: an executor, or one command task."""
+
+    container_id: str
+    framework_id: str
+    executor_id: str
+    resources: "Resources"
+    sandbox: str
+    launch: ContainerLaunch
+    pid: int | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    """Scratch space for isolators, keyed by isolator name."""
+
+
+class Isolator(Component):
+    """Enforces one kind of isolation on agent containers (cgroups, namespaces, ...).
+
+    Enabled by name in ``agent.isolation``. For each container the agent calls
+    ``prepare`` of every isolator in TOML order, starts the process, calls
+    ``isolate`` in order, ``update`` whenever the container's resources change, and
+    ``cleanup`` in reverse order when it ends. If an isolator's ``prepare`` or
+    ``isolate`` raises, the ones already run are cleaned up in reverse and the
+    launch fails with TASK_FAILED naming the isolator and its error.
+    """
+
+    kind = "isolator"
+
+    async def recover(self, containers: "list[Container]") -> None:
+        """At agent start-up: ``containers`` are the ones still known; remove any
+        leftovers of containers not in the list (from a crash). Default: nothing."""
+
+    async def prepare(self, container: Container) -> None:
+        """Before the container's process starts: create what it needs and adjust
+        ``container.launch``. Default: nothing."""
+
+    async def isolate(self, container: Container) -> None:
+        """Right after the process started (``container.pid`` set). Default: nothing."""
+
+    async def update(self, container: Container, resources: "Resources") -> None:
+        """The container's resources changed (tasks came or went). Default: nothing."""
+
+    async def usage(self, container: Container) -> dict[str, float]:
+        """Resource usage, e.g. ``{"cpu_seconds": 1.5, "mem_bytes": 1e6}``.
+        Default: nothing measured."""
+        return {}
+
+    async def cleanup(self, container: Container) -> None:
+        """The container's processes are gone: remove everything made for it.
+        Must be idempotent and must not raise for resources already gone."""

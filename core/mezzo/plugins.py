@@ -1,0 +1,158 @@
+"""Loading plugins and choosing components by name.
+
+:func:`load_plugins` builds the pluggy ``PluginManager``: the built-in plugins of
+core (registered like any other, so core has no private back door), then every
+entry point in the group ``mezzo``. The :class:`ComponentRegistry` collects the
+component classes plugins register; :meth:`ComponentRegistry.create` instantiates
+the one a TOML key names, or fails listing what is installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Mapping
+
+import pluggy
+
+from . import hookspecs
+from .errors import ConfigError, PluginError
+from .hookspecs import Allocator, Component, Isolator, OfferFilter
+
+KINDS: dict[str, type[Component]] = {
+    "allocator": Allocator,
+    "offer_filter": OfferFilter,
+    "isolator": Isolator,
+}
+
+BUILTIN_PLUGINS = ("mezzo.builtin",)
+
+
+@dataclass(frozen=True)
+class Registered:
+    cls: type[Component]
+    plugin: str
+    distribution: str
+
+
+class ComponentRegistry:
+    """Component classes by kind and name, with the plugin that registered each."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, dict[str, Registered]] = {k: {} for k in KINDS}
+        self._current: tuple[str, str] = ("?", "?")
+
+    def add(self, cls: type[Component]) -> None:
+        """Register ``cls`` under ``cls.name`` for the kind of its base class."""
+        kind = _kind_of(cls)
+        if not cls.name:
+            raise PluginError(f"plugin {self._current[0]}: {cls.__qualname__} has no name")
+        known = self._by_kind[kind]
+        if cls.name in known and known[cls.name].cls is not cls:
+            raise PluginError(
+                f"{kind} {cls.name!r} registered twice: by {known[cls.name].plugin} "
+                f"and by {self._current[0]}"
+            )
+        known[cls.name] = Registered(cls, *self._current)
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._by_kind[kind])
+
+    def entries(self, kind: str) -> dict[str, Registered]:
+        return dict(self._by_kind[kind])
+
+    def get(self, kind: str, name: str, *, key: str) -> type[Component]:
+        """The class of component ``name``; ConfigError on ``key`` listing the
+        installed names and the package that provides the missing one, if known."""
+        entry = self._by_kind[kind].get(name)
+        if entry is None:
+            installed = ", ".join(self.names(kind)) or "none"
+            hint = KNOWN_PROVIDERS.get(name)
+            extra = f"; it is provided by the package {hint} (pip install {hint})" if hint else ""
+            raise ConfigError(key, f"{kind} {name!r} is not installed (installed: {installed}){extra}")
+        return entry.cls
+
+    def create(self, kind: str, name: str, settings: Mapping[str, Any], *, key: str) -> Any:
+        """Instantiate component ``name`` with its settings table at ``key``."""
+        cls = self.get(kind, name, key=key)
+        return cls(settings, key=f"{key}.{name}" if not key.endswith(name) else key)
+
+
+KNOWN_PROVIDERS = {
+    "drf": "mezzo-allocator-drf",
+    "strict-priority": "mezzo-allocator-priority",
+    "cgroups/cpu": "mezzo-isolator-cgroups",
+    "cgroups/mem": "mezzo-isolator-cgroups",
+    "lxc": "mezzo-isolator-lxc",
+    "network/bandwidth": "mezzo-isolator-netbw",
+}
+"""Which distribution provides each component name we publish, for error messages."""
+
+
+def _kind_of(cls: type) -> str:
+    for kind, base in KINDS.items():
+        if isinstance(cls, type) and issubclass(cls, base):
+            return kind
+    raise PluginError(f"{cls!r} is not a mezzo component (subclass Allocator, OfferFilter or Isolator)")
+
+
+class Plugins:
+    """The loaded plugin manager and its registry; one per daemon."""
+
+    def __init__(self, pm: pluggy.PluginManager, registry: ComponentRegistry) -> None:
+        self.pm = pm
+        self.hook = pm.hook
+        self.registry = registry
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Installed plugins and the components each registers (``mezzo plugins``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, plugin in self.pm.list_name_plugin():
+            dist = self._distribution(plugin)
+            out[name] = {"plugin": name, "distribution": dist, "components": []}
+        for kind in KINDS:
+            for cname, entry in sorted(self.registry.entries(kind).items()):
+                row = out.setdefault(entry.plugin, {"plugin": entry.plugin, "distribution": entry.distribution, "components": []})
+                row["components"].append(
+                    {"kind": kind, "name": cname, "description": entry.cls.description}
+                )
+        return sorted(out.values(), key=lambda r: r["plugin"])
+
+    def _distribution(self, plugin: Any) -> str:
+        for p, dist in self.pm.list_plugin_distinfo():
+            if p is plugin:
+                return f"{dist.project_name} {dist.version}"
+        return "mezzo (built in)"
+
+
+def load_plugins(*, entry_points: bool = True, extra: tuple[Any, ...] = ()) -> Plugins:
+    """Build the plugin manager: built-ins, installed entry points, then ``extra``
+    (plugin objects, for tests). Broken plugins raise :class:`PluginError`."""
+    import importlib
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    registry = ComponentRegistry()
+    for modname in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(modname), name=modname)
+    if entry_points:
+        try:
+            pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+        except Exception as exc:
+            raise PluginError(f"a mezzo plugin failed to load: {exc!r}") from exc
+    for plugin in extra:
+        pm.register(plugin)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(str(exc)) from exc
+    # Register components plugin by plugin so duplicate names can name their owner.
+    dists = {id(p): f"{d.project_name}" for p, d in pm.list_plugin_distinfo()}
+    for name, plugin in pm.list_name_plugin():
+        impl = getattr(plugin, "mezzo_register_components", None)
+        if impl is None:
+            continue
+        registry._current = (name, dists.get(id(plugin), "mezzo"))
+        impl(registry=registry)
+    registry._current = ("?", "?")
+    return Plugins(pm, registry)

@@ -1,0 +1,68 @@
+"""Binding servers and dialling peers.
+
+``serve`` binds a listening socket whose every accepted connection dispatches to
+one shared handler; ``connect`` dials a peer and returns the connection. Both set
+TCP_NODELAY (Apache Thrift's TSocket never does, and pipelined messages then stall
+on Nagle's algorithm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .codec import ServiceSchema
+from .connection import Connection
+from .framing import DEFAULT_MAX_FRAME
+
+
+def parse_address(text: str, default_port: int) -> tuple[str, int]:
+    """``"host:port"``, ``"host"`` or ``":port"`` to ``(host, port)``.
+
+    Raises :class:`ValueError` naming the text when the port is not a number in range.
+    """
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep:
+        host, port_text = text.strip(), str(default_port)
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bad address {text!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"bad address {text!r}: port {port} is out of range")
+    return host, port
+
+
+async def serve(
+    host: str,
+    port: int,
+    schema: ServiceSchema,
+    handler: Any,
+    *,
+    max_frame: int = DEFAULT_MAX_FRAME,
+) -> asyncio.base_events.Server:
+    """Listen on ``host:port`` (port 0 picks a free one) dispatching to ``handler``."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: Connection(schema, handler, max_frame=max_frame, loop=loop),
+        host,
+        port,
+        reuse_address=True,
+    )
+
+
+async def connect(
+    host: str,
+    port: int,
+    schema: ServiceSchema,
+    handler: Any,
+    *,
+    max_frame: int = DEFAULT_MAX_FRAME,
+) -> Connection:
+    """Dial ``host:port``; incoming calls of ``schema`` go to ``handler``."""
+    loop = asyncio.get_running_loop()
+    _transport, conn = await loop.create_connection(
+        lambda: Connection(schema, handler, max_frame=max_frame, loop=loop), host, port
+    )
+    return conn

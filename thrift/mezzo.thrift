@@ -1,0 +1,240 @@
+/*
+ * mezzo wire protocol: the one definition of every message.
+ *
+ * Processes talk in the actor style of the Mesos paper: every call is `oneway`,
+ * and a reply is another oneway message travelling the other way on the same
+ * duplex connection. A connection therefore carries calls of one service in
+ * each direction, e.g. Master calls from a scheduler driver, Scheduler calls
+ * back from the master.
+ *
+ * Frames are 4-byte big-endian length prefixes followed by a TBinaryProtocol
+ * message (wire compatible with stock TFramedTransport clients).
+ *
+ * Regenerate the Python code with `make thrift`; a test checks that the
+ * committed code matches this file.
+ */
+
+namespace py wire
+
+/* ---------------------------------------------------------------- values */
+
+/** An inclusive range of integers, e.g. ports 31000-32000. */
+struct Range {
+  1: required i64 begin,
+  2: required i64 end,
+}
+
+/**
+ * A bundle of resources. Scalars are carried in thousandths (milli-units):
+ * cpus 0.5 is 500, mem 256 (MB) is 256000. Integer arithmetic keeps sums
+ * exact; mezzo.Resources converts to and from user-facing numbers.
+ */
+struct Resources {
+  1: map<string, i64> scalars = {},
+  2: map<string, list<Range>> ranges = {},
+}
+
+struct FrameworkInfo {
+  1: string name,
+  2: string user = "",
+  /** Empty on first registration; the master assigns it. */
+  3: string framework_id = "",
+  /** Weights, guarantees and priority levels may be configured per role. */
+  4: string role = "*",
+  5: string hostname = "",
+  /** Seconds the master keeps the framework's tasks after its scheduler disconnects. */
+  6: double failover_timeout = 0.0,
+}
+
+struct AgentInfo {
+  /** Empty on first registration; the master assigns it. */
+  1: string agent_id = "",
+  2: string hostname,
+  3: i32 port,
+  4: Resources resources,
+  5: map<string, string> attributes = {},
+}
+
+struct Offer {
+  1: string offer_id,
+  2: string framework_id,
+  3: string agent_id,
+  4: string hostname,
+  5: Resources resources,
+  6: map<string, string> attributes = {},
+  /** Executors of this framework already running on the agent. */
+  7: list<string> executor_ids = [],
+}
+
+struct CommandInfo {
+  /** With shell (the default) run by /bin/sh -c; otherwise value is the program. */
+  1: string value,
+  2: list<string> arguments = [],
+  3: bool shell = true,
+  4: map<string, string> environment = {},
+}
+
+struct ExecutorInfo {
+  1: string executor_id,
+  2: CommandInfo command,
+  3: Resources resources,
+  4: string name = "",
+  5: string framework_id = "",
+}
+
+struct TaskInfo {
+  1: string task_id,
+  2: string name = "",
+  3: string agent_id,
+  4: Resources resources,
+  /** Exactly one of command (built-in command executor) and executor is set. */
+  5: optional CommandInfo command,
+  6: optional ExecutorInfo executor,
+  7: optional binary data,
+  8: map<string, string> labels = {},
+}
+
+enum TaskState {
+  TASK_STAGING = 0,
+  TASK_STARTING = 1,
+  TASK_RUNNING = 2,
+  TASK_KILLING = 3,
+  TASK_FINISHED = 4,
+  TASK_FAILED = 5,
+  TASK_KILLED = 6,
+  TASK_ERROR = 7,
+  TASK_DROPPED = 8,
+  TASK_LOST = 9,
+  TASK_UNREACHABLE = 10,
+  TASK_GONE = 11,
+  TASK_UNKNOWN = 12,
+}
+
+struct TaskStatus {
+  1: string task_id,
+  2: TaskState state,
+  /** Human-readable explanation; always set for failures. */
+  3: string message = "",
+  /** Machine-readable reason code, e.g. "invalid_resources", "executor_exited". */
+  4: string reason = "",
+  /** "master", "agent" or "executor". */
+  5: string source = "",
+  6: string agent_id = "",
+  7: string executor_id = "",
+  8: string framework_id = "",
+  /**
+   * Identifies one update for acknowledgement and de-duplication. Empty for
+   * updates the master makes itself (validation errors), which need no ack.
+   */
+  9: string uuid = "",
+  10: double timestamp = 0.0,
+  11: optional i32 exit_code,
+  12: optional binary data,
+}
+
+/** Per-decline filter: do not re-offer these resources for refuse_seconds. */
+struct Filters {
+  1: double refuse_seconds = 5.0,
+}
+
+/**
+ * Persistent framework filters (the paper's two): evaluated on the master
+ * before offering; a resource failing one is treated as declined.
+ */
+struct FrameworkFilters {
+  /** Only offer these agents (by id or hostname). Unset: any agent. */
+  1: optional list<string> agents,
+  /** Only offer an agent with at least this much free. Unset: no minimum. */
+  2: optional Resources min_free,
+}
+
+/* -------------------------------------------------------------- services */
+
+/** Calls the master receives: from scheduler drivers, agents and tools. */
+service Master {
+  // -- from scheduler drivers
+  oneway void register_framework(1: FrameworkInfo framework),
+  oneway void unregister_framework(1: string framework_id),
+  /** The paper's replyToOffer: launch tasks on the offers; the unused rest gets filters. */
+  oneway void launch_tasks(1: string framework_id, 2: list<string> offer_ids,
+                           3: list<TaskInfo> tasks, 4: Filters filters),
+  oneway void decline_offer(1: string framework_id, 2: list<string> offer_ids,
+                            3: Filters filters),
+  oneway void set_needs_offers(1: string framework_id, 2: bool needs_offers),
+  oneway void set_filters(1: string framework_id, 2: FrameworkFilters filters),
+  oneway void kill_task(1: string framework_id, 2: string task_id),
+  oneway void acknowledge_status_update(1: string framework_id, 2: string agent_id,
+                                        3: string task_id, 4: string uuid),
+  /** Empty statuses: implicit reconciliation of every task of the framework. */
+  oneway void reconcile_tasks(1: string framework_id, 2: list<TaskStatus> statuses),
+  oneway void framework_to_executor(1: string framework_id, 2: string agent_id,
+                                    3: string executor_id, 4: binary data),
+  oneway void request_guaranteed_share(1: string framework_id, 2: i64 request_id),
+
+  // -- from agents
+  oneway void register_agent(1: AgentInfo agent),
+  oneway void reregister_agent(1: AgentInfo agent, 2: list<TaskInfo> tasks,
+                               3: list<TaskStatus> statuses,
+                               4: list<ExecutorInfo> executors),
+  oneway void status_update(1: TaskStatus status),
+  oneway void executor_exited(1: string agent_id, 2: string framework_id,
+                              3: string executor_id, 4: i32 exit_status, 5: string message),
+  oneway void executor_to_framework(1: string agent_id, 2: string framework_id,
+                                    3: string executor_id, 4: binary data),
+
+  // -- from tools (mezzo state)
+  oneway void request_state(1: i64 request_id),
+}
+
+/** Calls a scheduler driver receives from the master. */
+service Scheduler {
+  oneway void registered(1: string framework_id, 2: string master),
+  oneway void reregistered(1: string framework_id, 2: string master),
+  oneway void resource_offers(1: list<Offer> offers),
+  oneway void offer_rescinded(1: string offer_id),
+  oneway void status_update(1: TaskStatus status),
+  oneway void framework_message(1: string agent_id, 2: string executor_id, 3: binary data),
+  oneway void agent_lost(1: string agent_id),
+  oneway void executor_lost(1: string agent_id, 2: string executor_id, 3: i32 exit_status),
+  oneway void guaranteed_share(1: i64 request_id, 2: Resources guarantee),
+  /** A fatal framework error; the driver aborts. */
+  oneway void error(1: string message),
+}
+
+/** Calls an agent receives: from the master and from its executors. */
+service Agent {
+  // -- from the master
+  oneway void registered(1: string agent_id),
+  oneway void reregistered(1: string agent_id),
+  oneway void run_task(1: FrameworkInfo framework, 2: TaskInfo task),
+  oneway void kill_task(1: string framework_id, 2: string task_id),
+  oneway void status_update_acknowledged(1: string framework_id, 2: string task_id,
+                                         3: string uuid),
+  oneway void framework_to_executor(1: string framework_id, 2: string executor_id,
+                                    3: binary data),
+  oneway void shutdown_framework(1: string framework_id),
+  /** Registration refused (bad resources, ...): the agent logs it and exits. */
+  oneway void error(1: string message),
+
+  // -- from executors
+  oneway void register_executor(1: string framework_id, 2: string executor_id),
+  oneway void executor_status_update(1: TaskStatus status),
+  oneway void executor_to_framework(1: string framework_id, 2: string executor_id,
+                                    3: binary data),
+}
+
+/** Calls an executor receives from its agent. */
+service Executor {
+  oneway void registered(1: ExecutorInfo executor, 2: FrameworkInfo framework,
+                         3: AgentInfo agent),
+  oneway void launch_task(1: TaskInfo task),
+  oneway void kill_task(1: string task_id),
+  oneway void framework_message(1: binary data),
+  oneway void status_update_acknowledged(1: string task_id, 2: string uuid),
+  oneway void shutdown(),
+}
+
+/** Calls a tool (mezzo state) receives from the master. */
+service Tool {
+  oneway void state(1: i64 request_id, 2: string state_json),
+}
