@@ -72,10 +72,18 @@ class ComponentRegistry:
             raise ConfigError(key, f"{kind} {name!r} is not installed (installed: {installed}){extra}")
         return entry.cls
 
-    def create(self, kind: str, name: str, settings: Mapping[str, Any], *, key: str) -> Any:
-        """Instantiate component ``name`` with its settings table at ``key``."""
-        cls = self.get(kind, name, key=key)
-        return cls(settings, key=f"{key}.{name}" if not key.endswith(name) else key)
+    def create(
+        self, kind: str, name: str, settings: Mapping[str, Any], *, key: str, selected_by: str | None = None
+    ) -> Any:
+        """Instantiate component ``name`` of ``kind``.
+
+        ``key`` is the dotted TOML key of the component's settings table (e.g.
+        ``master.allocator.drf``), which the component uses in its own errors;
+        ``selected_by`` is the key that named the component (e.g.
+        ``master.allocator.name``), used when it is not installed (default: ``key``).
+        """
+        cls = self.get(kind, name, key=selected_by or key)
+        return cls(settings, key=key)
 
 
 KNOWN_PROVIDERS = {

@@ -1,0 +1,40 @@
+# The two commands of the README:
+#   make run    install everything, start a local cluster (master + 3 agents) and
+#               two demo frameworks sharing it; prints progress and a summary.
+#   make test   install everything and run the whole test suite.
+# Everything installs into ./.venv; system packages (thrift-compiler) via apt-get.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+DISTS  := core plugins/drf plugins/priority
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test thrift check-thrift bench clean
+
+setup: $(STAMP)
+
+$(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt
+	@command -v thrift >/dev/null || { echo "installing thrift-compiler (apt-get)"; \
+		apt-get install -y -q thrift-compiler >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q thrift-compiler >/dev/null); }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(foreach d,$(DISTS),-e ./$(d)) -r requirements-dev.txt
+	$(PY) -c "from thrift.protocol import fastbinary"  # the C accelerator must be there
+	touch $(STAMP)
+
+run: setup
+	$(PY) examples/demo.py
+
+test: setup
+	$(PY) -m pytest -q
+
+thrift:
+	thrift/generate.sh
+
+bench: setup
+	$(PY) bench/allocation_cycle.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

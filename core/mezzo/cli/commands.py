@@ -1,0 +1,144 @@
+"""What each ``mezzo`` sub-command does; argument parsing lives in :mod:`.main`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Any
+
+from .. import config as config_mod
+from .. import log as log_mod
+from ..errors import ConfigError, MezzoError
+from ..plugins import load_plugins
+
+
+def _load(args: argparse.Namespace, overrides: dict[str, Any]) -> config_mod.Config:
+    cfg = config_mod.load(args.config, overrides)
+    log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
+    return cfg
+
+
+def _attributes(spec: str | None) -> dict[str, str] | None:
+    if spec is None:
+        return None
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        k, sep, v = part.partition(":")
+        if not sep or not k.strip():
+            raise ConfigError("--attributes", f"cannot parse {part!r}: expected NAME:VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "agent.resources": args.resources,
+        "agent.attributes": _attributes(args.attributes),
+        "agent.work_dir": args.work_dir,
+        "agent.isolation": [s.strip() for s in args.isolation.split(",") if s.strip()] if args.isolation else None,
+        "agent.hostname": args.hostname,
+    }
+
+
+async def _serve_until_signal(*daemons: Any) -> None:
+    """Start ``daemons`` in order, wait for SIGINT/SIGTERM, stop them in reverse."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    started = []
+    try:
+        for d in daemons:
+            await d.start()
+            started.append(d)
+        await stop.wait()
+    finally:
+        errors = []
+        for d in reversed(started):
+            try:
+                await d.stop()
+            except Exception as exc:  # gather, do not lose later clean-ups
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def master(args: argparse.Namespace) -> int:
+    if args.zk:
+        raise ConfigError("--zk", "ZooKeeper leader election is not supported yet; run a single master with --listen")
+    cfg = _load(args, {
+        "master.listen": args.listen,
+        "master.allocator.name": args.allocator,
+        "master.allocation_interval": args.allocation_interval,
+        "master.offer_timeout": args.offer_timeout,
+    })
+    from ..master import Master
+
+    daemon = Master(cfg.master, load_plugins())
+    asyncio.run(_serve_until_signal(daemon))
+    return 0
+
+
+def agent(args: argparse.Namespace) -> int:
+    overrides = _agent_overrides(args)
+    overrides.update({"agent.master": args.master, "agent.listen": args.listen})
+    cfg = _load(args, overrides)
+    if cfg.agent.master.startswith("zk://"):
+        raise ConfigError("agent.master", "zk:// masters are not supported yet; give HOST:PORT")
+    from ..agent import Agent
+
+    daemon = Agent(cfg.agent, load_plugins())
+    asyncio.run(_serve_until_signal(daemon))
+    return 0
+
+
+def local(args: argparse.Namespace) -> int:
+    if args.agents < 1:
+        raise ConfigError("--agents", f"expected at least 1 agent, got {args.agents}")
+    overrides = _agent_overrides(args)
+    overrides.update({"master.listen": args.listen, "master.allocator.name": args.allocator})
+    cfg = _load(args, overrides)
+    from .local_cluster import LocalCluster
+
+    cluster = LocalCluster(cfg, args.agents, load_plugins())
+    asyncio.run(_serve_until_signal(cluster))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("CMD", "no command given: mezzo run [--cpus N] [--mem MB] -- CMD ...")
+    cfg = _load(args, {"agent.master": args.master})
+    from .run_task import run_command
+
+    return run_command(cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name,
+                       timeout=args.timeout)
+
+
+def state(args: argparse.Namespace) -> int:
+    cfg = _load(args, {"agent.master": args.master})
+    from ..state_client import fetch_state
+
+    print(json.dumps(fetch_state(cfg.agent.master, args.timeout), indent=2))
+    return 0
+
+
+def plugins(args: argparse.Namespace) -> int:
+    _load(args, {})
+    rows = load_plugins().describe()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        print(f"{row['plugin']}  ({row['distribution']})")
+        for c in row["components"]:
+            print(f"    {c['kind']:<13} {c['name']:<20} {c['description']}")
+    return 0

@@ -1,0 +1,190 @@
+"""Validation of ``launch_tasks`` (the paper's replyToOffer).
+
+:func:`check_launch` takes what a framework sent and what the master knows, and
+returns which tasks may run and, for each one that may not, the status to answer
+it with. It has no side effects, so every rule is testable on its own.
+
+Rules, in the order they are checked (the first failing rule answers the task):
+
+1. Offers (all tasks dropped when any fails, TASK_DROPPED): every offer id is an
+   outstanding offer of this framework; all offers are on one agent; that agent is
+   still connected.
+2. Per task (TASK_ERROR, others in the batch still launch): a non-empty task id,
+   unique within the framework and within the batch; the agent id of the offers;
+   sane resources (no negative amounts, no inverted ranges); exactly one of
+   ``command`` and ``executor``; an executor with an id and sane resources;
+   task plus (new) executor resources within what is left of the offers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..resources import InvalidResources, Resources
+from ..wire.ttypes import TaskInfo, TaskState, TaskStatus
+from .records import AgentRecord, FrameworkRecord, OfferRecord
+
+# Reason codes carried in TaskStatus.reason; messages say the specifics.
+OFFER_UNKNOWN = "offer_unknown"
+OFFERS_ON_SEVERAL_AGENTS = "offers_on_several_agents"
+AGENT_GONE = "agent_gone"
+INVALID_TASK_ID = "invalid_task_id"
+DUPLICATE_TASK_ID = "duplicate_task_id"
+WRONG_AGENT = "wrong_agent"
+INVALID_RESOURCES = "invalid_resources"
+INSUFFICIENT_RESOURCES = "insufficient_resources"
+INVALID_COMMAND = "invalid_command"
+INVALID_EXECUTOR = "invalid_executor"
+
+
+@dataclass(slots=True)
+class Accepted:
+    task: TaskInfo
+    resources: Resources
+    """The task's own resources."""
+    executor_resources: Resources | None
+    """Set when this task brings a new executor to the agent."""
+
+
+@dataclass(slots=True)
+class LaunchPlan:
+    offers: list[OfferRecord] = field(default_factory=list)
+    agent: AgentRecord | None = None
+    accepted: list[Accepted] = field(default_factory=list)
+    rejected: list[TaskStatus] = field(default_factory=list)
+    offered: Resources = field(default_factory=Resources)
+    """Everything the offers held."""
+    used: Resources = field(default_factory=Resources)
+    """What the accepted tasks (and new executors) take of it."""
+
+
+def _reject(task: TaskInfo | None, framework_id: str, state: int, reason: str, message: str,
+            agent_id: str = "") -> TaskStatus:
+    return TaskStatus(
+        task_id=(task.task_id if task is not None and isinstance(task.task_id, str) else "") or "",
+        state=state,
+        reason=reason,
+        message=message,
+        source="master",
+        agent_id=agent_id,
+        framework_id=framework_id,
+    )
+
+
+def check_launch(
+    framework: FrameworkRecord,
+    offer_ids: list[str],
+    tasks: list[TaskInfo],
+    offers: dict[str, OfferRecord],
+    agents: dict[str, AgentRecord],
+) -> LaunchPlan:
+    """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring."""
+    plan = LaunchPlan()
+    fid = framework.id
+    tasks = [t for t in tasks if t is not None]
+
+    def drop_all(reason: str, message: str) -> LaunchPlan:
+        plan.rejected = [_reject(t, fid, TaskState.TASK_DROPPED, reason, message) for t in tasks]
+        return plan
+
+    valid: dict[str, OfferRecord] = {}
+    bad: str | None = None
+    for oid in offer_ids:
+        offer = offers.get(oid) if isinstance(oid, str) else None
+        if offer is None or offer.framework_id != fid:
+            bad = bad or oid
+        elif oid in valid:
+            bad = bad or oid
+        else:
+            valid[oid] = offer
+    # Valid offers are consumed either way: used by the launch, or recovered by the
+    # master when the launch is dropped (the framework answered them).
+    plan.offers = list(valid.values())
+    if bad is not None:
+        return drop_all(OFFER_UNKNOWN, f"offer {bad!r} is unknown, rescinded, repeated or not this framework's")
+    if not plan.offers:
+        return drop_all(OFFER_UNKNOWN, "launch_tasks named no offer")
+    agent_ids = {o.agent_id for o in plan.offers}
+    if len(agent_ids) > 1:
+        return drop_all(OFFERS_ON_SEVERAL_AGENTS, f"offers span several agents: {', '.join(sorted(agent_ids))}")
+    (agent_id,) = agent_ids
+    agent = agents.get(agent_id)
+    if agent is None or not agent.connected:
+        return drop_all(AGENT_GONE, f"agent {agent_id} is gone or disconnected")
+    plan.agent = agent
+
+    offered = Resources()
+    for o in plan.offers:
+        offered = offered + o.resources
+    plan.offered = offered
+    left = offered
+    batch_ids: set[str] = set()
+    batch_executors: set[str] = set()
+    for task in tasks:
+        status = _check_task(task, framework, agent, batch_ids, batch_executors)
+        if isinstance(status, TaskStatus):
+            plan.rejected.append(status)
+            continue
+        resources, executor_resources = status
+        need = resources if executor_resources is None else resources + executor_resources
+        if not need.fits_in(left):
+            plan.rejected.append(_reject(
+                task, fid, TaskState.TASK_ERROR, INSUFFICIENT_RESOURCES,
+                "task needs more than is left of its offers: " + "; ".join(need.shortfall(left)),
+                agent_id,
+            ))
+            continue
+        left = left - need
+        plan.used = plan.used + need
+        batch_ids.add(task.task_id)
+        if executor_resources is not None:
+            batch_executors.add(task.executor.executor_id)
+        plan.accepted.append(Accepted(task, resources, executor_resources))
+    return plan
+
+
+def _check_task(
+    task: TaskInfo,
+    framework: FrameworkRecord,
+    agent: AgentRecord,
+    batch_ids: set[str],
+    batch_executors: set[str],
+) -> TaskStatus | tuple[Resources, Resources | None]:
+    fid = framework.id
+
+    def error(reason: str, message: str) -> TaskStatus:
+        return _reject(task, fid, TaskState.TASK_ERROR, reason, message, agent.id)
+
+    tid = task.task_id
+    if not isinstance(tid, str) or not tid.strip():
+        return error(INVALID_TASK_ID, "task id is empty")
+    if tid in framework.tasks or tid in batch_ids:
+        return error(DUPLICATE_TASK_ID, f"task id {tid!r} is already in use by this framework")
+    if task.agent_id != agent.id:
+        return error(WRONG_AGENT, f"task names agent {task.agent_id!r} but its offers are on {agent.id}")
+    try:
+        resources = Resources.of(task.resources)
+    except InvalidResources as exc:
+        return error(INVALID_RESOURCES, f"task resources: {exc}")
+    if resources.is_empty():
+        return error(INVALID_RESOURCES, "task has no resources")
+    has_command = task.command is not None
+    has_executor = task.executor is not None
+    if has_command == has_executor:
+        return error(INVALID_COMMAND, "a task needs exactly one of command and executor")
+    if has_command and not (isinstance(task.command.value, str) and task.command.value.strip()):
+        return error(INVALID_COMMAND, "command value is empty")
+    executor_resources = None
+    if has_executor:
+        ex = task.executor
+        if not isinstance(ex.executor_id, str) or not ex.executor_id.strip():
+            return error(INVALID_EXECUTOR, "executor id is empty")
+        if ex.command is None or not (isinstance(ex.command.value, str) and ex.command.value.strip()):
+            return error(INVALID_EXECUTOR, f"executor {ex.executor_id!r} has no command")
+        try:
+            ex_res = Resources.of(ex.resources)
+        except InvalidResources as exc:
+            return error(INVALID_RESOURCES, f"executor {ex.executor_id!r} resources: {exc}")
+        if (fid, ex.executor_id) not in agent.executors and ex.executor_id not in batch_executors:
+            executor_resources = ex_res
+    return resources, executor_resources

@@ -1,0 +1,94 @@
+"""The master's soft state: one record type per thing it knows about.
+
+Everything here can be rebuilt from re-registering agents and schedulers (paper
+§3.6), which is why none of it is persisted. Records are plain slotted objects
+mutated only by :class:`mezzo.master.master.Master` on its event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..resources import Resources
+from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskState
+
+
+@dataclass(slots=True, eq=False)
+class FrameworkRecord:
+    id: str
+    info: FrameworkInfo
+    conn: Any
+    """The scheduler driver's connection; None while disconnected."""
+    active: bool = True
+    """Wants offers (``set_needs_offers``)."""
+    agent_whitelist: frozenset[str] | None = None
+    """Persistent filter "only agents from list L" (ids or hostnames); None = any."""
+    min_free: Resources | None = None
+    """Persistent filter "only agents with at least R free"; None = no minimum."""
+    offers: dict[str, "OfferRecord"] = field(default_factory=dict)
+    tasks: dict[str, "TaskRecord"] = field(default_factory=dict)
+    registered_at: float = field(default_factory=time.time)
+    failover_handle: Any = None
+    """Timer removing the framework if its scheduler does not come back."""
+
+    @property
+    def has_filters(self) -> bool:
+        return self.agent_whitelist is not None or self.min_free is not None
+
+
+@dataclass(slots=True, eq=False)
+class AgentRecord:
+    id: str
+    info: AgentInfo
+    conn: Any
+    total: Resources
+    free: Resources
+    """Neither used by tasks and executors nor in an outstanding offer."""
+    offered: Resources = field(default_factory=Resources)
+    offers: dict[str, "OfferRecord"] = field(default_factory=dict)
+    tasks: dict[tuple[str, str], "TaskRecord"] = field(default_factory=dict)
+    """Keyed by (framework id, task id)."""
+    executors: dict[tuple[str, str], ExecutorInfo] = field(default_factory=dict)
+    """Custom executors running here, keyed by (framework id, executor id)."""
+    connected: bool = True
+    removal_handle: Any = None
+    """Timer declaring the agent lost if it does not re-register in time."""
+    registered_at: float = field(default_factory=time.time)
+
+    @property
+    def hostname(self) -> str:
+        return self.info.hostname
+
+
+@dataclass(slots=True, eq=False)
+class TaskRecord:
+    framework_id: str
+    agent_id: str
+    info: TaskInfo
+    resources: Resources
+    """What the task holds on its agent (its own resources, not its executor's)."""
+    state: int = TaskState.TASK_STAGING
+    message: str = ""
+    reason: str = ""
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def id(self) -> str:
+        return self.info.task_id
+
+    @property
+    def executor_id(self) -> str:
+        return self.info.executor.executor_id if self.info.executor is not None else ""
+
+
+@dataclass(slots=True, eq=False)
+class OfferRecord:
+    id: str
+    framework_id: str
+    agent_id: str
+    resources: Resources
+    expires_at: float
+    """Loop time after which the offer is rescinded (inf = never)."""
+    created_at: float = field(default_factory=time.time)

@@ -1,0 +1,62 @@
+"""Asking a master for its state: what ``mezzo state`` and the tests use.
+
+    state = fetch_state("127.0.0.1:5050")          # a dict; blocking
+    state = await fetch_state_async("127.0.0.1:5050")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+from .errors import MezzoError
+from .rpc import connect, parse_address
+from .services import MASTER, TOOL
+
+_request_ids = itertools.count(1)
+
+
+class MasterUnreachable(MezzoError):
+    """The master did not answer (not running, wrong address, timeout)."""
+
+
+class _Waiter:
+    def __init__(self, request_id: int, future: asyncio.Future) -> None:
+        self.request_id = request_id
+        self.future = future
+
+    def state(self, conn: Any, request_id: int, state_json: str) -> None:
+        if request_id == self.request_id and not self.future.done():
+            self.future.set_result(state_json)
+
+    def connection_lost(self, conn: Any) -> None:
+        if not self.future.done():
+            self.future.set_exception(MasterUnreachable("the master closed the connection"))
+
+
+async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The master's state as a dict (see ``docs/getting-started.md`` for its fields)."""
+    if master.startswith("zk://"):
+        raise MasterUnreachable("zk:// master addresses are not supported yet; give HOST:PORT")
+    host, port = parse_address(master, 5050)
+    loop = asyncio.get_running_loop()
+    waiter = _Waiter(next(_request_ids), loop.create_future())
+    try:
+        conn = await asyncio.wait_for(connect(host, port, TOOL, waiter), timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise MasterUnreachable(f"cannot reach the master at {host}:{port}: {exc or 'timeout'}") from None
+    try:
+        conn.remote(MASTER).request_state(waiter.request_id)
+        text = await asyncio.wait_for(waiter.future, timeout)
+    except asyncio.TimeoutError:
+        raise MasterUnreachable(f"the master at {host}:{port} did not answer within {timeout:g} s") from None
+    finally:
+        conn.close()
+    return json.loads(text)
+
+
+def fetch_state(master: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Blocking :func:`fetch_state_async` (do not call from a running event loop)."""
+    return asyncio.run(fetch_state_async(master, timeout))

@@ -1,0 +1,188 @@
+"""A test harness for frameworks and for mezzo itself: a real cluster in subprocesses.
+
+    with LocalProcessCluster(agents=3, master={"allocation_interval": 0.01}) as cluster:
+        driver = mezzo.SchedulerDriver(MyScheduler(), mezzo.FrameworkInfo(name="t"), cluster.master)
+        ...
+        cluster.state()          # the master's state as a dict
+
+The master and every agent are separate ``python -m mezzo`` processes on
+loopback, configured through a TOML file written for the run, exactly as an
+operator would start them. Their logs go to files in the cluster's directory and
+the tail of each is attached to start-up errors, so a failing test says why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from .state_client import MasterUnreachable, fetch_state
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def to_toml(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """Write ``{"master": {...}, "master.allocator": {...}}`` as TOML (flat tables only)."""
+    out = []
+    for table, keys in tables.items():
+        out.append(f"[{table}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class LocalProcessCluster:
+    """A master and ``agents`` agents as subprocesses; see the module docstring.
+
+    ``master`` and ``agent`` are extra keys for the ``[master]`` and ``[agent]``
+    tables; ``tables`` adds whole tables (e.g. ``{"master.allocator": {"name": ...}}``).
+    ``agent_resources`` is one resource string for every agent or a list, one per agent.
+    """
+
+    def __init__(
+        self,
+        agents: int = 3,
+        *,
+        master: Mapping[str, Any] | None = None,
+        agent: Mapping[str, Any] | None = None,
+        tables: Mapping[str, Mapping[str, Any]] | None = None,
+        agent_resources: str | list[str] = "cpus:4;mem:4096;disk:10000",
+        directory: str | None = None,
+        start_timeout: float = 20.0,
+    ) -> None:
+        self.n_agents = agents
+        self.dir = Path(directory or tempfile.mkdtemp(prefix="mezzo-cluster-"))
+        self.port = free_port()
+        self.master = f"127.0.0.1:{self.port}"
+        self.agent_resources = (
+            [agent_resources] * agents if isinstance(agent_resources, str) else list(agent_resources)
+        )
+        if len(self.agent_resources) != agents:
+            raise ValueError("agent_resources needs one entry per agent")
+        config = {
+            "master": {"listen": self.master, **(master or {})},
+            "agent": {"master": self.master, "listen": "127.0.0.1:0", **(agent or {})},
+            "log": {"level": "info", "format": "console"},
+            **(tables or {}),
+        }
+        self.config_path = self.dir / "mezzo.toml"
+        self.config_path.write_text(to_toml(config))
+        self.start_timeout = start_timeout
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    # -- processes --------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        logf = open(self.dir / f"{name}.log", "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mezzo", *args, "--config", str(self.config_path)],
+            stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        logf.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_master(self) -> None:
+        self._spawn("master", ["master"])
+        self._wait(lambda s: True, "the master to answer")
+
+    def start_agent(self, i: int) -> None:
+        work = self.dir / f"agent-{i}"
+        self._spawn(f"agent-{i}", ["agent", "--resources", self.agent_resources[i - 1],
+                                   "--work-dir", str(work), "--hostname", f"agent-{i}"])
+
+    def start(self) -> "LocalProcessCluster":
+        self.start_master()
+        for i in range(1, self.n_agents + 1):
+            self.start_agent(i)
+        self.wait_for_agents(self.n_agents)
+        return self
+
+    def wait_for_agents(self, n: int) -> dict:
+        return self._wait(lambda s: sum(a["connected"] for a in s["agents"]) >= n, f"{n} agents to register")
+
+    def _wait(self, predicate, what: str) -> dict:
+        deadline = time.monotonic() + self.start_timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise ClusterError(f"{name} exited with {p.returncode} while waiting for {what}\n{self.log_tail(name)}")
+            try:
+                s = fetch_state(self.master, timeout=2.0)
+                if predicate(s):
+                    return s
+            except MasterUnreachable as exc:
+                last = exc
+            time.sleep(0.05)
+        raise ClusterError(f"timed out waiting for {what} ({last})\n" +
+                           "\n".join(self.log_tail(n) for n in self.procs))
+
+    def state(self) -> dict:
+        return fetch_state(self.master, timeout=5.0)
+
+    def kill(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        p = self.procs.get(name)
+        if p is None or p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+    def stop(self) -> None:
+        for name in [n for n in self.procs if n != "master"] + ["master"]:
+            self.kill(name)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.dir / f"{name}.log"
+        if not path.exists():
+            return f"--- {name}: no log"
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {name} (last {len(text)} lines)\n" + "\n".join(text)
+
+    def __enter__(self) -> "LocalProcessCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

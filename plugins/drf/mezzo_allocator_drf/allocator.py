@@ -1,0 +1,166 @@
+"""DRFAllocator: weighted Dominant Resource Fairness, the paper's fair-sharing module (§3.3).
+
+Enable it in ``mezzo.toml`` (it is also the default allocator)::
+
+    [master.allocator]
+    name = "drf"
+    [master.allocator.drf]
+    roles = { analytics = 2.0 }          # weight by FrameworkInfo.role
+    frameworks = { "nightly-etl" = 0.5 } # weight by FrameworkInfo.name; beats the role's
+
+Policy
+------
+Each agent of a cycle is offered, whole, to the active framework with the lowest
+*weighted dominant share* (dominant share / weight; ties go to the framework that
+registered first) among those the master allows (``cycle.may_offer``). The offer
+counts toward that framework at once (the master calls :meth:`allocated` from
+inside ``cycle.offer``), so the next agent sees the new order: over a cycle this is
+DRF's progressive filling at agent granularity.
+
+Guarantees (for revocation, paper §3.3): a framework's guaranteed share is the
+cluster total times its weight over the sum of the weights of all registered
+frameworks, rounded down per resource, so the guarantees always fit the cluster
+together. Subclasses that sort frameworks into tiers (strict priority) guarantee
+this only to the best tier that has any framework; other tiers get nothing.
+
+Error handling: settings are validated in ``__init__`` with
+:class:`~mezzo.errors.ConfigError` naming the dotted key (see :mod:`.weights`).
+Notifications about unknown framework ids (``allocated``, ``recovered``,
+``remove_framework``, ...) are ignored: the master may race a removal against a
+late recovery and that must not take the allocator down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from mezzo.hookspecs import AllocationCycle, Allocator
+from mezzo.resources import SCALE, Resources
+
+from .sorter import DRFSorter
+from .weights import Weights
+
+if TYPE_CHECKING:
+    from mezzo.wire.ttypes import FrameworkInfo
+
+
+class DRFAllocator(Allocator):
+    """Weighted DRF over an incrementally sorted framework order. See the module docstring.
+
+    Extension points for subclasses: :meth:`_configure` (parse settings) and
+    :meth:`_placement` (a framework's weight and tier; lower tiers are served first).
+    """
+
+    name = "drf"
+    description = "weighted Dominant Resource Fairness (weights by role or framework name)"
+
+    def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
+        self._configure(settings, key)
+        self._sorter = DRFSorter()
+        # Exact weights so guarantees computed from them never overshoot the total.
+        self._placements: dict[str, tuple[Fraction, int]] = {}
+        self._tier_weight: dict[int, Fraction] = {}
+        self._tier_count: dict[int, int] = {}
+
+    # -- policy hooks for subclasses --------------------------------------
+
+    def _configure(self, settings: Mapping[str, Any], key: str) -> None:
+        """Validate this component's settings table (``key`` is its dotted TOML key)."""
+        self.weights = Weights.parse(settings, key=key)
+
+    def _placement(self, info: FrameworkInfo) -> tuple[float, int]:
+        """(weight, tier) of a framework: DRF puts everyone in tier 0."""
+        return self.weights.of(info), 0
+
+    # -- notifications ----------------------------------------------------
+
+    def add_framework(self, framework_id: str, info: FrameworkInfo) -> None:
+        weight, tier = self._placement(info)
+        self._forget_placement(framework_id)
+        self._placements[framework_id] = (Fraction(weight), tier)
+        self._tier_weight[tier] = self._tier_weight.get(tier, Fraction(0)) + Fraction(weight)
+        self._tier_count[tier] = self._tier_count.get(tier, 0) + 1
+        self._sorter.add(framework_id, weight=weight, tier=tier)
+
+    def remove_framework(self, framework_id: str) -> None:
+        self._forget_placement(framework_id)
+        self._sorter.remove(framework_id)
+
+    def activate(self, framework_id: str) -> None:
+        self._sorter.activate(framework_id)
+
+    def deactivate(self, framework_id: str) -> None:
+        self._sorter.deactivate(framework_id)
+
+    def add_agent(self, agent_id: str, total: Resources) -> None:
+        self._sorter.add_total(total.scalars or {})
+
+    def remove_agent(self, agent_id: str, total: Resources) -> None:
+        self._sorter.remove_total(total.scalars or {})
+
+    def allocated(self, framework_id: str, resources: Resources) -> None:
+        self._sorter.allocated(framework_id, resources.scalars or {})
+
+    def recovered(self, framework_id: str, resources: Resources) -> None:
+        self._sorter.recovered(framework_id, resources.scalars or {})
+
+    # -- the cycle ----------------------------------------------------------
+
+    def allocate(self, cycle: AllocationCycle) -> None:
+        """Offer each agent to the first framework in key order that the master allows.
+
+        This is the hot loop of a cycle (agents × frameworks refused by filters), so it
+        does nothing per skipped framework but one ``may_offer`` call: the order is the
+        sorter's live list, and ``cycle.offer`` re-positions the chosen framework
+        (through :meth:`allocated`) before the next agent is walked. Iteration stops
+        right after an offer, so the list moving under it is harmless.
+        """
+        order = self._sorter.order()  # re-sorts here, once, if agents came or went
+        if not order:
+            return
+        may_offer = cycle.may_offer
+        offer = cycle.offer
+        for agent_id in cycle.agents():
+            for fid in order:
+                if may_offer(fid, agent_id):
+                    offer(fid, agent_id)
+                    break
+
+    # -- reading ------------------------------------------------------------
+
+    def guaranteed_share(self, framework_id: str) -> Resources:
+        placement = self._placements.get(framework_id)
+        if placement is None:
+            return Resources()
+        weight, tier = placement
+        if tier != min(self._tier_count):
+            return Resources()
+        tier_weight = self._tier_weight[tier]
+        # Floor each share exactly: the guarantees of a tier sum to at most the total.
+        return Resources(
+            {name: (m * weight // tier_weight) / SCALE for name, m in self._sorter.total.items()}
+        )
+
+    def dominant_share(self, framework_id: str) -> float:
+        return self._sorter.dominant_share(framework_id)
+
+    def order(self) -> list[str]:
+        """Active framework ids in the order the next agent would be offered (a copy)."""
+        return list(self._sorter.order())
+
+    # -- internals ----------------------------------------------------------
+
+    def _forget_placement(self, framework_id: str) -> None:
+        old = self._placements.pop(framework_id, None)
+        if old is None:
+            return
+        weight, tier = old
+        left = self._tier_count[tier] - 1
+        if left:
+            self._tier_count[tier] = left
+            self._tier_weight[tier] -= weight
+        else:
+            del self._tier_count[tier]
+            del self._tier_weight[tier]

@@ -1,0 +1,105 @@
+"""DRF weights from TOML, and the small helpers that validate component tables.
+
+Usage::
+
+    w = Weights.parse({"roles": {"analytics": 2}, "frameworks": {"spark": 3}},
+                      key="master.allocator.drf")
+    w.of(framework_info)          # 3.0 for "spark", 2.0 for other "analytics" frameworks, else 1.0
+
+Error handling: every problem raises :class:`mezzo.errors.ConfigError` whose key is
+the dotted TOML key of the offending value, e.g.
+``master.allocator.drf.roles.analytics: weight must be a positive finite number, got -1``.
+Role and framework names that are not bare TOML keys are quoted in that key
+(``roles."team.a"``) so it can be pasted back into the file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mezzo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mezzo.wire.ttypes import FrameworkInfo
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def subkey(key: str, name: str) -> str:
+    """``key.name``, with ``name`` quoted the way TOML needs it when it is not a bare key."""
+    if _BARE_KEY.fullmatch(name):
+        return f"{key}.{name}"
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{key}."{escaped}"'
+
+
+def kind_of(value: Any) -> str:
+    """A TOML-ish name for the type of ``value``, for error messages."""
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+def expect_table(value: Any, key: str, what: str) -> Mapping[str, Any]:
+    """``value`` if it is a table, else ConfigError on ``key`` saying ``what`` was expected."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected {what}, got {kind_of(value)}")
+    return value
+
+
+def reject_unknown(settings: Mapping[str, Any], key: str, known: tuple[str, ...]) -> None:
+    """ConfigError on the first setting of ``settings`` not in ``known``."""
+    for name in settings:
+        if name not in known:
+            raise ConfigError(subkey(key, name), f"unknown setting (known: {', '.join(known)})")
+
+
+def parse_weight(value: Any, key: str) -> float:
+    # bool is an int in Python but never a weight in TOML.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"weight must be a positive finite number, got {kind_of(value)}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(key, f"weight must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """DRF weights by role and by framework name (``FrameworkInfo.name``).
+
+    A framework's weight is its name's entry, else its role's, else 1.0: the more
+    specific setting wins. A framework of weight 2 is entitled to twice the
+    dominant share of a framework of weight 1.
+    """
+
+    roles: Mapping[str, float] = field(default_factory=dict)
+    frameworks: Mapping[str, float] = field(default_factory=dict)
+
+    SETTINGS = ("frameworks", "roles")
+
+    def of(self, info: FrameworkInfo) -> float:
+        w = self.frameworks.get(info.name)
+        if w is None:
+            w = self.roles.get(info.role or "*", 1.0)
+        return w
+
+    @classmethod
+    def parse(cls, settings: Mapping[str, Any], *, key: str) -> Weights:
+        """Validate a table holding ``roles`` and ``frameworks`` weight tables (both
+        optional, nothing else allowed); ``key`` is that table's dotted TOML key."""
+        expect_table(settings, key, "a table")
+        reject_unknown(settings, key, cls.SETTINGS)
+        tables: dict[str, dict[str, float]] = {}
+        for name in cls.SETTINGS:
+            tkey = subkey(key, name)
+            table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <weight>")
+            tables[name] = {k: parse_weight(v, subkey(tkey, str(k))) for k, v in table.items()}
+        return cls(roles=tables["roles"], frameworks=tables["frameworks"])

@@ -1,0 +1,107 @@
+"""Shared fixtures: real clusters in subprocesses and framework helpers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+import mezzo
+from mezzo.testing import LocalProcessCluster
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """``make_cluster(agents=3, master={...}, ...)`` starts a LocalProcessCluster,
+    stopped when the test ends; on failure its logs are printed."""
+    clusters: list[LocalProcessCluster] = []
+
+    def make(agents: int = 3, **kw) -> LocalProcessCluster:
+        c = LocalProcessCluster(agents, directory=str(tmp_path / f"cluster{len(clusters)}"), **kw)
+        clusters.append(c)
+        return c.start()
+
+    yield make
+    for c in clusters:
+        c.stop()
+
+
+@pytest.fixture
+def drivers():
+    """Collects scheduler drivers and stops them at the end of the test."""
+    started: list = []
+
+    def start(scheduler, name: str, master: str, **info) -> "mezzo.SchedulerDriver":
+        d = mezzo.SchedulerDriver(scheduler, mezzo.FrameworkInfo(name=name, **info), master)
+        d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        try:
+            d.stop()
+        except Exception:
+            pass
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until true; fail the test naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Recorder(mezzo.Scheduler):
+    """A scheduler that records every callback; offers are declined unless ``on_offers`` is set."""
+
+    def __init__(self, on_offers=None) -> None:
+        self.lock = threading.Lock()
+        self.framework_id = None
+        self.registered_event = threading.Event()
+        self.offers: list = []
+        self.statuses: list = []
+        self.rescinded: list = []
+        self.errors: list = []
+        self.lost_agents: list = []
+        self.on_offers = on_offers
+
+    def registered(self, driver, framework_id, master):
+        self.framework_id = framework_id
+        self.registered_event.set()
+
+    def resource_offers(self, driver, offers):
+        with self.lock:
+            self.offers.extend((time.monotonic(), o) for o in offers)
+        if self.on_offers is not None:
+            self.on_offers(driver, offers)
+
+    def offer_rescinded(self, driver, offer_id):
+        with self.lock:
+            self.rescinded.append((time.monotonic(), offer_id))
+
+    def status_update(self, driver, status):
+        with self.lock:
+            self.statuses.append(status)
+
+    def agent_lost(self, driver, agent_id):
+        self.lost_agents.append(agent_id)
+
+    def error(self, driver, message):
+        self.errors.append(message)
+
+    def states_of(self, task_id: str) -> list[str]:
+        with self.lock:
+            return [mezzo.state_name(s.state) for s in self.statuses if s.task_id == task_id]
+
+    def final(self, task_id: str):
+        with self.lock:
+            for s in reversed(self.statuses):
+                if s.task_id == task_id and mezzo.is_terminal(s.state):
+                    return s
+        return None

@@ -1,0 +1,89 @@
+"""The `mezzo` command: help for every sub-command, config errors naming the key,
+`plugins`, `state`, and `run` end to end against a real cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SUBCOMMANDS = ["master", "agent", "local", "run", "state", "plugins"]
+
+
+def mezzo(*args, timeout=60, **kw):
+    return subprocess.run([sys.executable, "-m", "mezzo", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS)
+def test_help(cmd):
+    r = mezzo(cmd, "--help")
+    assert r.returncode == 0
+    assert "--config" in r.stdout
+    assert r.stdout.count("--") >= 3
+
+
+def test_top_level_help_lists_every_command():
+    r = mezzo("--help")
+    assert r.returncode == 0
+    for cmd in SUBCOMMANDS:
+        assert cmd in r.stdout
+
+
+def test_bad_toml_key_is_named(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[master]\noffer_timout = 3\n")
+    r = mezzo("master", "--config", str(cfg), timeout=20)
+    assert r.returncode == 2
+    assert "master.offer_timout: unknown key" in r.stderr
+
+
+def test_missing_allocator_names_installed_ones_and_the_package(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[master]\nlisten = "127.0.0.1:0"\n[master.allocator]\nname = "lottery"\n')
+    r = mezzo("master", "--config", str(cfg), timeout=20)
+    assert r.returncode == 2
+    assert "master.allocator.name" in r.stderr and "'lottery' is not installed" in r.stderr
+    assert "drf" in r.stderr and "strict-priority" in r.stderr
+
+
+def test_plugins_lists_allocators_and_builtins():
+    r = mezzo("plugins", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    components = {(c["kind"], c["name"]): row["distribution"] for row in rows for c in row["components"]}
+    assert components[("allocator", "drf")].startswith("mezzo-allocator-drf")
+    assert components[("allocator", "strict-priority")].startswith("mezzo-allocator-priority")
+    assert ("isolator", "posix") in components
+    assert ("offer_filter", "agents") in components and ("offer_filter", "min-free") in components
+
+
+def test_state_of_an_unreachable_master_is_a_clear_error():
+    from mezzo.testing import free_port
+
+    r = mezzo("state", "--master", f"127.0.0.1:{free_port()}", "--timeout", "2", timeout=20)
+    assert r.returncode == 2
+    assert "cannot reach the master" in r.stderr
+
+
+def test_run_shows_states_and_output_and_exit_code(make_cluster):
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    ok = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--",
+               "sh", "-c", "echo out-line; echo err-line >&2")
+    assert ok.returncode == 0, ok.stderr
+    assert "TASK_RUNNING" in ok.stderr and "TASK_FINISHED" in ok.stderr
+    assert "out-line" in ok.stdout
+    bad = mezzo("run", "--master", cluster.master, "--", "sh", "-c", "exit 7")
+    assert bad.returncode == 7
+    assert "TASK_FAILED" in bad.stderr
+
+
+def test_state_prints_the_cluster(make_cluster):
+    cluster = make_cluster(2, master={"allocation_interval": 0.01})
+    r = mezzo("state", "--master", cluster.master)
+    assert r.returncode == 0, r.stderr
+    state = json.loads(r.stdout)
+    assert len(state["agents"]) == 2
+    assert {"master", "agents", "frameworks", "tasks", "offers"} <= set(state)
