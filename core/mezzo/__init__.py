@@ -63,6 +63,8 @@ _DRIVER_NAMES = {
     "SchedulerDriver": "mezzo.driver.scheduler",
     "Executor": "mezzo.driver.executor",
     "ExecutorDriver": "mezzo.driver.executor",
+    "DriverStatus": "mezzo.driver.lifecycle",
+    "DriverError": "mezzo.driver.lifecycle",
 }
 
 
@@ -80,6 +82,8 @@ def __getattr__(name: str):
 __all__ = [
     "AgentInfo",
     "CommandInfo",
+    "DriverError",
+    "DriverStatus",
     "Executor",
     "ExecutorDriver",
     "ExecutorInfo",

@@ -220,6 +220,12 @@ class Resources(_WireResources):
     # -- arithmetic -------------------------------------------------------
 
     def __add__(self, other: "Resources") -> "Resources":
+        # Resources are never mutated after construction, so an empty side can
+        # hand back the other one: the master adds to empty pools all the time.
+        if not other.scalars and not other.ranges:
+            return self
+        if not self.scalars and not self.ranges and isinstance(other, Resources):
+            return other
         milli = dict(self.scalars)
         for name, m in other.scalars.items():
             milli[name] = milli.get(name, 0) + m
@@ -231,6 +237,8 @@ class Resources(_WireResources):
 
     def __sub__(self, other: "Resources") -> "Resources":
         """Subtract, flooring each scalar at zero (callers check ``fits_in`` first)."""
+        if not other.scalars and not other.ranges:
+            return self
         milli = dict(self.scalars)
         for name, m in other.scalars.items():
             left = milli.get(name, 0) - m

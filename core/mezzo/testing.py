@@ -82,6 +82,7 @@ class LocalProcessCluster:
     ) -> None:
         self.n_agents = agents
         self.dir = Path(directory or tempfile.mkdtemp(prefix="mezzo-cluster-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.master = f"127.0.0.1:{self.port}"
         self.agent_resources = (

@@ -51,7 +51,6 @@ class OfferBook:
         self.offers[offer.id] = offer
         framework.offers[offer.id] = offer
         agent.offers[offer.id] = offer
-        agent.offered = agent.offered + resources
         if self._timeout != math.inf:
             self._expiry_queue.append(offer)
         return offer
@@ -65,7 +64,6 @@ class OfferBook:
             framework.offers.pop(offer.id, None)
         if agent is not None:
             agent.offers.pop(offer.id, None)
-            agent.offered = agent.offered - offer.resources
 
     def expired(self, now: float) -> list[OfferRecord]:
         """Outstanding offers whose timeout has passed, oldest first."""

@@ -46,7 +46,6 @@ class AgentRecord:
     total: Resources
     free: Resources
     """Neither used by tasks and executors nor in an outstanding offer."""
-    offered: Resources = field(default_factory=Resources)
     offers: dict[str, "OfferRecord"] = field(default_factory=dict)
     tasks: dict[tuple[str, str], "TaskRecord"] = field(default_factory=dict)
     """Keyed by (framework id, task id)."""

@@ -41,8 +41,8 @@ def snapshot(master: "Master") -> dict[str, Any]:
                 "attributes": dict(a.info.attributes or {}),
                 "resources": a.total.to_dict(),
                 "free": a.free.to_dict(),
-                "offered": a.offered.to_dict(),
-                "used": (a.total - a.free - a.offered).to_dict(),
+                "offered": _sum(o.resources for o in a.offers.values()),
+                "used": _used(a),
                 "tasks": len(a.tasks),
                 "executors": [{"framework_id": f, "executor_id": e} for (f, e) in a.executors],
             }
@@ -109,6 +109,13 @@ def snapshot(master: "Master") -> dict[str, Any]:
 
 def render_state(master: "Master") -> str:
     return json.dumps(snapshot(master), sort_keys=False)
+
+
+def _used(agent) -> dict:
+    used = agent.total - agent.free
+    for o in agent.offers.values():
+        used = used - o.resources
+    return used.to_dict()
 
 
 def _sum(resources) -> dict:

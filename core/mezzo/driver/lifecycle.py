@@ -1,0 +1,293 @@
+"""What the scheduler and executor drivers share: status, start/stop/join, redialling.
+
+A driver owns one connection to one peer (the master for a scheduler driver, the
+local agent for an executor driver). :class:`DriverLifecycle` dials it on the
+driver thread (:mod:`mezzo.driver.runtime`), hands each new connection to the
+subclass (which registers), notices when it drops, and dials again every
+``reconnect_interval`` until the driver is stopped or aborted.
+
+Status follows Mesos: ``start()`` moves NOT_STARTED to RUNNING and is a no-op
+afterwards; ``stop()`` and ``abort()`` move RUNNING to STOPPED or ABORTED, once;
+``join()`` blocks until that has happened and the connection is closed. Every
+action returns the status the driver was in when called, and does nothing unless
+it was RUNNING. A driver is not restartable: make a new one.
+
+Threading: public methods may be called from any thread, including from inside
+callbacks (which run on the driver thread). Everything that touches the
+connection or protocol state runs on the driver thread; the only state shared
+with other threads is the status (guarded by a lock) and the ``done`` event.
+
+Error handling: a peer that cannot be reached is retried forever (the scheduler
+driver) or until ``recovery_timeout`` (the executor driver, whose agent is on the
+same host). An exception raised by a user callback is logged with its traceback
+and the driver carries on; a callback that holds the driver thread longer than
+:data:`~mezzo.driver.runtime.SLOW_CALLBACK_SECONDS` is logged as a warning because
+it delayed every driver in the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import MezzoError
+from ..rpc import Connection, ServiceSchema, connect
+from .runtime import SLOW_CALLBACK_SECONDS, get_runtime
+
+
+class DriverError(MezzoError, RuntimeError):
+    """A driver used in a way that cannot work (e.g. a blocking call on the driver
+    thread, an executor started outside an agent). A :class:`RuntimeError` too."""
+
+
+class DriverStatus(enum.IntEnum):
+    """Where a driver is in its life (Mesos' ``DRIVER_*`` values)."""
+
+    NOT_STARTED = 1
+    RUNNING = 2
+    ABORTED = 3
+    STOPPED = 4
+
+
+HOLD_LIMIT = 10_000
+"""Messages held while not registered; beyond this the oldest are dropped (logged)."""
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds one dial attempt may take before it counts as failed."""
+
+
+class DriverLifecycle:
+    """Base class of :class:`SchedulerDriver` and :class:`ExecutorDriver`.
+
+    Subclasses implement :meth:`_connected`, :meth:`_disconnected`, and may
+    override :meth:`_before_close`, :meth:`_after_close` and :meth:`_unreachable`.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        schema: ServiceSchema,
+        handler: Any,
+        *,
+        reconnect_interval: float,
+        log: Any,
+        recovery_timeout: float | None = None,
+    ) -> None:
+        if not reconnect_interval > 0:
+            raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval!r}")
+        self._host = host
+        self._port = port
+        self._schema = schema
+        self._handler = handler
+        self._reconnect_interval = float(reconnect_interval)
+        self._recovery_timeout = recovery_timeout
+        self._log = log
+        self._runtime = get_runtime()
+        self._lock = threading.Lock()
+        self._status = DriverStatus.NOT_STARTED
+        self._done = threading.Event()
+        # Driver-thread state.
+        self._conn: Connection | None = None
+        self._dial_task: asyncio.Task | None = None
+        self._held: collections.deque[tuple[str, Callable[..., None], tuple]] = collections.deque()
+
+    # -- public life cycle --------------------------------------------------
+
+    @property
+    def status(self) -> DriverStatus:
+        """The current :class:`DriverStatus`."""
+        return self._status
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` this driver dials."""
+        return f"{self._host}:{self._port}"
+
+    def start(self) -> DriverStatus:
+        """Begin connecting. Returns RUNNING, or the current status if already started."""
+        with self._lock:
+            if self._status is not DriverStatus.NOT_STARTED:
+                return self._status
+            self._status = DriverStatus.RUNNING
+        self._log.info("driver starting", peer=self.peer)
+        self._runtime.call(self._begin)
+        return DriverStatus.RUNNING
+
+    def join(self) -> DriverStatus:
+        """Block until the driver is stopped or aborted; return that status.
+
+        Returns at once when the driver was never started. Raises
+        :class:`RuntimeError` on the driver thread, where it could never return.
+        """
+        if self._runtime.on_driver_thread():
+            raise DriverError(
+                "join() was called on the driver thread (inside a callback?) and would wait "
+                "forever; call it from your own thread"
+            )
+        if self._status is DriverStatus.NOT_STARTED:
+            return self._status
+        self._done.wait()
+        return self._status
+
+    def run(self) -> DriverStatus:
+        """``start()`` then ``join()``."""
+        status = self.start()
+        if status is not DriverStatus.RUNNING:
+            return status
+        return self.join()
+
+    def abort(self) -> DriverStatus:
+        """Drop the connection at once, without any goodbye to the peer; join() returns ABORTED."""
+        return self._terminate(DriverStatus.ABORTED, {})
+
+    # -- helpers for subclasses ---------------------------------------------
+
+    def _act(self, fn: Callable[..., None], *args: Any) -> DriverStatus:
+        """Run ``fn(*args)`` on the driver thread if RUNNING; return the status either way."""
+        status = self._status
+        if status is DriverStatus.RUNNING:
+            self._runtime.call(fn, *args)
+        return status
+
+    def _terminate(self, final: DriverStatus, options: dict, wait: float = 5.0) -> DriverStatus:
+        """Move RUNNING to ``final`` once and close down on the driver thread.
+
+        From another thread, wait (up to ``wait`` seconds) until the close-down
+        is done, so that a process exiting right after ``stop()`` has sent its
+        goodbye. On the driver thread the close-down is scheduled and we return.
+        """
+        with self._lock:
+            if self._status is not DriverStatus.RUNNING:
+                return self._status
+            self._status = final
+        self._runtime.run_coroutine(self._shutdown(final, options))
+        if not self._runtime.on_driver_thread():
+            self._done.wait(wait)
+        return final
+
+    def _callback(self, target: Any, name: str, *args: Any) -> bool:
+        """Call ``target.name(self, *args)``; False when it raised (already logged)."""
+        started = time.monotonic()
+        try:
+            getattr(target, name)(self, *args)
+        except Exception:  # noqa: BLE001 - user code: log it, keep every other driver going
+            self._log.exception("callback raised", callback=name)
+            return False
+        finally:
+            held = time.monotonic() - started
+            if held > SLOW_CALLBACK_SECONDS:
+                self._log.warning(
+                    "callback held the driver thread; every driver in this process waited",
+                    callback=name,
+                    seconds=round(held, 3),
+                )
+        return True
+
+    def _hold(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+        """Keep ``fn(*args)`` until :meth:`_release_held` (bounded, oldest dropped first)."""
+        if len(self._held) >= HOLD_LIMIT:
+            dropped, _, _ = self._held.popleft()
+            self._log.warning(
+                "hold queue full; dropping the oldest message", dropped=dropped, limit=HOLD_LIMIT
+            )
+        self._held.append((what, fn, args))
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, collections.deque()
+        if held:
+            self._log.info("sending messages held while not registered", count=len(held))
+        for _what, fn, args in held:
+            fn(*args)
+
+    # -- hooks ----------------------------------------------------------------
+
+    def _connected(self, conn: Connection) -> None:
+        """A new connection is up (driver thread): register."""
+        raise NotImplementedError
+
+    def _disconnected(self) -> None:
+        """The connection dropped while RUNNING (driver thread)."""
+        raise NotImplementedError
+
+    async def _before_close(self, final: DriverStatus, options: dict) -> None:
+        """Last words on the still-open connection (e.g. unregister)."""
+
+    def _after_close(self, final: DriverStatus) -> None:
+        """Clean-up after the connection is closed (e.g. fail waiters)."""
+
+    def _unreachable(self, seconds: float) -> None:
+        """The peer has been unreachable for ``recovery_timeout`` seconds."""
+
+    # -- driver thread ----------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self._status is DriverStatus.RUNNING:
+            self._dial_task = self._runtime.loop.create_task(self._dial_forever())
+
+    async def _dial_forever(self) -> None:
+        failures = 0
+        lost_since = time.monotonic()
+        while self._status is DriverStatus.RUNNING:
+            if self._recovery_timeout is not None:
+                gone = time.monotonic() - lost_since
+                if gone >= self._recovery_timeout:
+                    self._unreachable(gone)
+                    return
+            try:
+                conn = await asyncio.wait_for(
+                    connect(self._host, self._port, self._schema, self._handler), CONNECT_TIMEOUT
+                )
+            except (TimeoutError, OSError) as exc:
+                failures += 1
+                # The first failure and then every 20th, so a long outage does not flood the log.
+                if failures == 1 or failures % 20 == 0:
+                    self._log.warning(
+                        "cannot reach peer; retrying",
+                        peer=self.peer,
+                        attempts=failures,
+                        error=str(exc) or repr(exc),
+                    )
+                await asyncio.sleep(self._reconnect_interval)
+                continue
+            if self._status is not DriverStatus.RUNNING:
+                conn.close()
+                return
+            if failures:
+                self._log.info("reached peer", peer=self.peer, attempts=failures + 1)
+            failures = 0
+            self._conn = conn
+            self._connected(conn)
+            await asyncio.shield(conn.closed)
+            if self._conn is conn:
+                self._conn = None
+            if self._status is not DriverStatus.RUNNING:
+                return
+            lost_since = time.monotonic()
+            self._log.warning("connection to peer lost; will redial", peer=self.peer)
+            self._disconnected()
+            await asyncio.sleep(self._reconnect_interval)
+
+    async def _shutdown(self, final: DriverStatus, options: dict) -> None:
+        try:
+            await self._before_close(final, options)
+        except Exception:  # noqa: BLE001 - the close-down below must happen regardless
+            self._log.exception("error while closing down")
+        finally:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+            task = self._dial_task
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
+            self._held.clear()
+            try:
+                self._after_close(final)
+            finally:
+                self._done.set()
+                self._log.info("driver " + final.name.lower(), peer=self.peer)

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The `make run` demo: a local cluster shared by two frameworks under DRF.
+
+Starts ``mezzo local --agents 3`` (a master and three agents on loopback, each
+agent with 4 cpus and 4 GB), then two frameworks in this process:
+
+- ``render`` runs cpu-heavy tasks  <1 cpu, 256 MB>,
+- ``etl``    runs memory-heavy tasks <0.5 cpu, 1 GB>.
+
+Both want more than the cluster has. DRF gives each the same *dominant* share:
+render gets most of the cpus, etl most of the memory. A progress line per second
+shows what each holds; at the end a summary says what each framework got.
+
+    python examples/demo.py [--tasks N] [--task-seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import mezzo
+from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
+from mezzo.state_client import MasterUnreachable, fetch_state
+from mezzo.testing import free_port
+
+
+class DemoFramework(mezzo.Scheduler):
+    """Runs ``total`` copies of one task shape, as many at once as offers allow."""
+
+    def __init__(self, name: str, cpus: float, mem: float, total: int, seconds: float) -> None:
+        self.name = name
+        self.task = Resources(cpus=cpus, mem=mem)
+        self.total = total
+        self.seconds = seconds
+        self.launched = self.running = self.finished = self.failed = 0
+        self.cpu_seconds = 0.0
+        self.started: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.peak_running = 0
+
+    def resource_offers(self, driver, offers):
+        for offer in offers:
+            left, tasks = offer.resources, []
+            while self.launched < self.total and self.task.fits_in(left):
+                self.launched += 1
+                left = left - self.task
+                tid = f"{self.name}-{self.launched:03d}"
+                tasks.append(TaskInfo(task_id=tid, name=tid, agent_id=offer.agent_id, resources=self.task,
+                                      command=CommandInfo(value=f"sleep {self.seconds}")))
+            if tasks:
+                driver.launch_tasks(offer.offer_id, tasks, Filters(refuse_seconds=0))
+            else:
+                driver.decline_offer(offer.offer_id, Filters(refuse_seconds=1))
+            if self.launched >= self.total:
+                driver.set_needs_offers(False)
+
+    def status_update(self, driver, status):
+        now = time.monotonic()
+        with self.lock:
+            if status.state == mezzo.TaskState.TASK_RUNNING:
+                self.running += 1
+                self.started[status.task_id] = now
+                self.peak_running = max(self.peak_running, self.running)
+            elif mezzo.is_terminal(status.state):
+                if status.task_id in self.started:
+                    self.running -= 1
+                    self.cpu_seconds += (now - self.started.pop(status.task_id)) * self.task.get("cpus")
+                if status.state == mezzo.TaskState.TASK_FINISHED:
+                    self.finished += 1
+                else:
+                    self.failed += 1
+                    print(f"  {self.name}: {status.task_id} {mezzo.state_name(status.state)}: {status.message}")
+                if self.finished + self.failed >= self.total:
+                    self.done.set()
+
+
+def wait_for_cluster(master: str, agents: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"mezzo local exited with status {proc.returncode}")
+        try:
+            if sum(a["connected"] for a in fetch_state(master, 2)["agents"]) >= agents:
+                return
+        except MasterUnreachable:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("the local cluster did not come up in time")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", type=int, default=40, help="tasks per framework (default 40)")
+    p.add_argument("--task-seconds", type=float, default=1.5, help="how long each task runs (default 1.5)")
+    args = p.parse_args()
+
+    port = free_port()
+    master = f"127.0.0.1:{port}"
+    work = tempfile.mkdtemp(prefix="mezzo-demo-")
+    log_path = os.path.join(work, "cluster.log")
+    print(f"starting a local cluster: master {master}, 3 agents x (4 cpus, 4 GB); logs in {log_path}")
+    with open(log_path, "wb") as logf:
+        cluster = subprocess.Popen(
+            [sys.executable, "-m", "mezzo", "local", "--agents", "3", "--listen", master,
+             "--resources", "cpus:4;mem:4096", "--work-dir", work],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_cluster(master, 3, cluster)
+        frameworks = [
+            DemoFramework("render", 1.0, 256, args.tasks, args.task_seconds),
+            DemoFramework("etl", 0.5, 1024, args.tasks, args.task_seconds),
+        ]
+        drivers = []
+        for fw in frameworks:
+            d = mezzo.SchedulerDriver(fw, FrameworkInfo(name=fw.name), master)
+            d.start()
+            drivers.append(d)
+        started = time.monotonic()
+        samples: dict[str, list[float]] = {fw.name: [] for fw in frameworks}
+        while not all(fw.done.is_set() for fw in frameworks):
+            time.sleep(1.0)
+            state = fetch_state(master, 5)
+            shares = {f["name"]: f for f in state["frameworks"]}
+            parts = []
+            for fw in frameworks:
+                info = shares.get(fw.name, {})
+                share = info.get("dominant_share", 0.0)
+                used = info.get("used", {})
+                if fw.running:
+                    samples[fw.name].append(share)
+                parts.append(f"{fw.name}: {fw.running:2d} running {fw.finished:3d}/{fw.total} done, "
+                             f"{used.get('cpus', 0):4.1f} cpus {used.get('mem', 0) / 1024:4.1f} GB, "
+                             f"dominant share {share:4.2f}")
+            print(f"[{time.monotonic() - started:5.1f}s] " + " | ".join(parts), flush=True)
+            if time.monotonic() - started > 300:
+                print("the demo took too long; stopping")
+                break
+        for d in drivers:
+            d.stop()
+        elapsed = time.monotonic() - started
+        print(f"\nsummary ({elapsed:.1f} s, allocator drf):")
+        print(f"  {'framework':<10} {'tasks':>9} {'failed':>7} {'peak running':>13} {'cpu-seconds':>12} "
+              f"{'mean dominant share':>20}")
+        for fw in frameworks:
+            mean = sum(samples[fw.name]) / len(samples[fw.name]) if samples[fw.name] else 0.0
+            print(f"  {fw.name:<10} {fw.finished:>4}/{fw.total:<4} {fw.failed:>7} {fw.peak_running:>13} "
+                  f"{fw.cpu_seconds:>12.1f} {mean:>20.2f}")
+        ok = all(fw.finished == fw.total for fw in frameworks)
+        print("\nall tasks finished." if ok else "\nsome tasks did not finish.")
+        return 0 if ok else 1
+    finally:
+        os.killpg(cluster.pid, signal.SIGTERM)
+        try:
+            cluster.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(cluster.pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
