@@ -133,9 +133,11 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
     data: dict[str, Any] = {}
     if path:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            data = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
         except OSError as exc:
             raise ConfigError(str(path), f"cannot read config file: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(str(path), f"config file is not UTF-8: {exc.reason} at byte {exc.start}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(path), f"invalid TOML: {exc}") from None
     for dotted, value in (overrides or {}).items():
@@ -143,8 +145,10 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
             continue
         node = data
         *parents, leaf = dotted.split(".")
-        for p in parents:
+        for i, p in enumerate(parents):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(".".join(parents[: i + 1]), f"is a value, not a table, so {dotted} cannot be set")
         node[leaf] = value
     return from_dict(data)
 
@@ -158,6 +162,9 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, Mapping):
         raise ConfigError(prefix.rstrip(".") or "<root>", f"expected a table, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _component_fields(cls)}
+    if cls is AllocatorConfig:
+        # Only `name` is a key here; every other table is an allocator's settings.
+        fields = {"name": fields["name"]}
     kwargs: dict[str, Any] = {}
     components = _component_fields(cls)
     for key, value in data.items():

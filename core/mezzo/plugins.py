@@ -148,9 +148,9 @@ def load_plugins(*, entry_points: bool = True, extra: tuple[Any, ...] = ()) -> P
             pm.load_setuptools_entrypoints(hookspecs.PROJECT)
         except Exception as exc:
             raise PluginError(f"a mezzo plugin failed to load: {exc!r}") from exc
-    for plugin in extra:
-        pm.register(plugin)
     try:
+        for plugin in extra:
+            pm.register(plugin)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from exc
@@ -161,6 +161,11 @@ def load_plugins(*, entry_points: bool = True, extra: tuple[Any, ...] = ()) -> P
         if impl is None:
             continue
         registry._current = (name, dists.get(id(plugin), "mezzo"))
-        impl(registry=registry)
+        try:
+            impl(registry=registry)
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {name} failed to register its components: {exc!r}") from exc
     registry._current = ("?", "?")
     return Plugins(pm, registry)

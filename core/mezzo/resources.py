@@ -27,6 +27,9 @@ from .wire.ttypes import Resources as _WireResources
 SCALE = 1000
 """Scalars are stored in thousandths of the user unit."""
 
+MAX_WIRE = 2**63 - 1
+"""Largest amount (in thousandths) or range bound the wire's i64 carries."""
+
 
 class InvalidResources(ValueError):
     """Resources that are negative, not finite, or do not parse. The message names the resource."""
@@ -39,6 +42,8 @@ def _to_milli(name: str, value: float) -> int:
         raise InvalidResources(f"resource {name!r}: {value!r} is not finite")
     if value < 0:
         raise InvalidResources(f"resource {name!r}: {value!r} is negative")
+    if value * SCALE > MAX_WIRE:
+        raise InvalidResources(f"resource {name!r}: {value!r} is too large (at most {MAX_WIRE // SCALE})")
     return round(value * SCALE)
 
 
@@ -96,7 +101,7 @@ class Resources(_WireResources):
         for name, spans in (ranges or {}).items():
             pairs = []
             for b, e in spans:
-                if b < 0 or e < b:
+                if b < 0 or e < b or e > MAX_WIRE:
                     raise InvalidResources(f"resource {name!r}: bad range [{b}-{e}]")
                 pairs.append((int(b), int(e)))
             merged = _merge(pairs)

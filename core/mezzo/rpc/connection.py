@@ -54,6 +54,7 @@ class Connection(asyncio.Protocol):
         self._loop_thread = threading.get_ident()
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
+        self._closing = False
         self._outbox: list[bytes] = []
         self._flush_scheduled = False
         self._remotes: dict[int, Remote] = {}
@@ -87,7 +88,8 @@ class Connection(asyncio.Protocol):
                 getattr(self.handler, name)(self, *args)
             except Exception:
                 log.exception("handler failed", peer=self.peer, method=name)
-            if self._transport is None:
+            if self._closing:
+                # The handler closed us; later frames of this chunk are not for anyone.
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -105,7 +107,7 @@ class Connection(asyncio.Protocol):
 
     @property
     def is_open(self) -> bool:
-        return self._transport is not None
+        return self._transport is not None and not self._closing
 
     def remote(self, schema: ServiceSchema) -> Remote:
         """A stub calling the peer's service ``schema`` over this connection."""
@@ -123,7 +125,7 @@ class Connection(asyncio.Protocol):
         if threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self.send, message)
             return
-        if self._transport is None:
+        if self._transport is None or self._closing:
             return
         self._outbox.append(message)
         if not self._flush_scheduled:
@@ -144,8 +146,9 @@ class Connection(asyncio.Protocol):
         if threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self.close)
             return
-        if self._transport is not None:
+        if self._transport is not None and not self._closing:
             self._flush()
+            self._closing = True
             self._transport.close()
 
 

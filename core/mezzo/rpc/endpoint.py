@@ -17,14 +17,21 @@ from .framing import DEFAULT_MAX_FRAME
 
 
 def parse_address(text: str, default_port: int) -> tuple[str, int]:
-    """``"host:port"``, ``"host"`` or ``":port"`` to ``(host, port)``.
+    """``"host:port"``, ``"host"``, ``":port"`` or ``"[v6addr]:port"`` to ``(host, port)``.
 
     Raises :class:`ValueError` naming the text when the port is not a number in range.
     """
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep:
-        host, port_text = text.strip(), str(default_port)
-    host = host.strip("[]") or "127.0.0.1"
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else str(default_port)
+    elif text.count(":") > 1:  # a bare IPv6 address has no port
+        host, port_text = text, str(default_port)
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, str(default_port)
+    host = host or "127.0.0.1"
     try:
         port = int(port_text)
     except ValueError:
