@@ -200,6 +200,8 @@ class Resources(_WireResources):
 
     def fits_in(self, other: "Resources") -> bool:
         """True when every amount here is available in ``other``."""
+        if other is self:
+            return True
         osc = other.scalars
         for name, m in self.scalars.items():
             if osc.get(name, 0) < m:
@@ -259,6 +261,23 @@ class Resources(_WireResources):
                     ranges[name] = [Range(b, e) for b, e in left_r]
                 else:
                     del ranges[name]
+        return Resources._raw(milli, ranges)
+
+    def intersection(self, other: "Resources") -> "Resources":
+        """What both hold: the smaller amount of each scalar, the common ranges."""
+        if other is self:
+            return self
+        osc = other.scalars
+        milli = {n: min(m, osc[n]) for n, m in self.scalars.items() if osc.get(n, 0) > 0}
+        ranges: dict[str, list[Range]] = {}
+        for name, rs in self.ranges.items():
+            theirs = other.range_pairs(name)
+            if not theirs:
+                continue
+            common = [(max(b, ob), min(e, oe)) for b, e in ((r.begin, r.end) for r in rs)
+                      for ob, oe in theirs if max(b, ob) <= min(e, oe)]
+            if common:
+                ranges[name] = [Range(b, e) for b, e in _merge(common)]
         return Resources._raw(milli, ranges)
 
     def __eq__(self, other: object) -> bool:

@@ -27,7 +27,8 @@ def test_refusal_covers_the_refused_resources_until_expiry():
     assert not f.refuses("fw", "ag2", R4, now=0)  # other agent
     assert not f.refuses("fw2", "ag", R4, now=0)  # other framework
     assert not f.refuses("fw", "ag", R4, now=5.0)  # expired exactly at until
-    assert len(f) == 0  # dropped lazily on look-up
+    assert len(f) == 1  # look-ups do not mutate; expire() drops in bulk
+    assert f.expire(5.0) == 1 and len(f) == 0
 
 
 def test_more_free_than_refused_is_offered_again():
@@ -113,13 +114,28 @@ def test_refusal_after_clear_framework_works():
     assert len(f) == 1
 
 
-def test_clear_agent_drops_for_the_given_frameworks():
+def test_clear_agent_drops_all_its_refusals():
     f = RefuseFilters()
     f.add("fw", "a1", R4, until=10)
     f.add("fw2", "a1", R4, until=10)
     f.add("fw", "a2", R4, until=10)
-    f.clear_agent("a1", ["fw", "fw2", "fw3"])
+    f.clear_agent("a1")
     assert len(f) == 1
     assert f.refuses("fw", "a2", R4, now=0)
     f.clear_framework("fw")
     assert len(f) == 0
+
+
+def test_refused_by_all_needs_every_framework_and_covering_refusals():
+    f = RefuseFilters()
+    f.add("a", "ag", R4, until=10)
+    assert not f.refused_by_all("ag", R4, frameworks=2)  # "b" has not refused
+    f.add("b", "ag", R2, until=10)
+    assert f.refused_by_all("ag", R2, frameworks=2)
+    assert not f.refused_by_all("ag", R4, frameworks=2)  # b refused only R2
+    assert not f.refused_by_all("ag", R2, frameworks=3)  # a third framework may take it
+    f.clear_framework("b")
+    assert f.refused_by_all("ag", R4, frameworks=1)  # only a's refusal (of R4) is left
+    f.expire(10)
+    assert not f.refused_by_all("ag", R4, frameworks=1)
+    assert f.of_agent("ag") is None

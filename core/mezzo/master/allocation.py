@@ -34,30 +34,63 @@ REFUSED = "refused recently (decline filter)"
 
 
 class Cycle(AllocationCycle):
-    """One allocation cycle over the master's state at loop time ``now``."""
+    """One allocation cycle over the master's state at loop time ``now``.
+
+    ``may_offer`` is the innermost call of every allocator (agents x frameworks in
+    the worst case), so it caches what it looked up for the agent it was last asked
+    about: allocators ask about one agent for many frameworks in a row.
+    """
 
     def __init__(self, master: "Master", now: float) -> None:
         self._m = master
         self._now = now
         self.made: dict[str, list[OfferRecord]] = defaultdict(list)
         self.skips: Counter[tuple[str, str]] = Counter()
+        self.refused: dict[str, int] = {}
+        """Per framework: candidates skipped because of its refuse filters."""
+        self.fully_refused_agents = 0
+        self._agent_id: str | None = None
+        self._agent = None
+        self._agent_refusals: dict | None = None
 
     def agents(self) -> Iterable[str]:
-        ids = [a.id for a in self._m.agents.values() if a.connected and a.free]
+        m = self._m
+        refusals = m.refusals
+        n_frameworks = len(m.frameworks)
+        ids = []
+        for a in m.agents.values():
+            if not a.connected or not a.free:
+                continue
+            if refusals.refused_by_all(a.id, a.free, n_frameworks):
+                self.fully_refused_agents += 1
+                continue
+            ids.append(a.id)
         random.shuffle(ids)
         return ids
 
     def free(self, agent_id: str) -> Resources:
         return self._m.agents[agent_id].free
 
+    def _load_agent(self, agent_id: str) -> None:
+        self._agent_id = agent_id
+        self._agent = self._m.agents.get(agent_id)
+        self._agent_refusals = self._m.refusals.of_agent(agent_id)
+
     def may_offer(self, framework_id: str, agent_id: str) -> bool:
-        m = self._m
-        agent = m.agents.get(agent_id)
-        framework = m.frameworks.get(framework_id)
-        if agent is None or framework is None or framework.conn is None or not agent.free:
+        if agent_id != self._agent_id:
+            self._load_agent(agent_id)
+        agent = self._agent
+        if agent is None or not agent.free:
             return False
-        if m.refusals.refuses(framework_id, agent_id, agent.free, self._now):
-            self.skips[(framework_id, REFUSED)] += 1
+        refusals = self._agent_refusals
+        if refusals is not None:
+            entry = refusals.get(framework_id)
+            if entry is not None and entry[0] > self._now and agent.free.fits_in(entry[1]):
+                self.refused[framework_id] = self.refused.get(framework_id, 0) + 1
+                return False
+        m = self._m
+        framework = m.frameworks.get(framework_id)
+        if framework is None or framework.conn is None:
             return False
         if framework.has_filters:
             for f in m.builtin_filters:
@@ -83,6 +116,15 @@ class Cycle(AllocationCycle):
         offer = m.offer_book.create(framework, agent, resources, self._now)
         m.allocator.allocated(framework_id, resources)
         self.made[framework_id].append(offer)
+
+    def reasons(self) -> dict[str, dict[str, int]]:
+        """Per framework, why candidates were not offered, with counts (for ``mezzo state``)."""
+        out: dict[str, dict[str, int]] = {}
+        for fid, n in self.refused.items():
+            out.setdefault(fid, {})[REFUSED] = n
+        for (fid, reason), n in self.skips.items():
+            out.setdefault(fid, {})[reason] = n
+        return out
 
 
 class AllocationTimer:

@@ -313,7 +313,8 @@ class Master:
             "at": time.time(),
             "seconds": round(elapsed, 6),
             "offers": sent,
-            "not_offered": _skips_by_framework(cycle.skips),
+            "agents_refused_by_all": cycle.fully_refused_agents,
+            "not_offered": cycle.reasons(),
         }
         if sent:
             log.debug("allocation cycle", offers=sent, seconds=round(elapsed, 4))
@@ -701,7 +702,7 @@ class Master:
                 record.conn.remote(SCHEDULER).status_update(status)
         for key in list(agent.executors):
             self._release_executor(agent, key)
-        self.refusals.clear_agent(agent.id, self.frameworks)
+        self.refusals.clear_agent(agent.id)
         del self.agents[agent.id]
         self.allocator.remove_agent(agent.id, agent.total)
         for record in self.frameworks.values():
@@ -781,10 +782,3 @@ def _safe_resources(wire: Any) -> Resources:
         return Resources.of(wire)
     except InvalidResources:
         return Resources()
-
-
-def _skips_by_framework(skips) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (fid, reason), n in skips.items():
-        out.setdefault(fid, {})[reason] = n
-    return out
