@@ -1,10 +1,187 @@
-"""The ``posix`` isolator: no enforcement (placeholder until the agent helper fills it)."""
+"""The ``posix`` isolator and killing a container's process tree without cgroups.
+
+``posix`` enforces nothing: a container's first process is started as the leader
+of a new session (``start_new_session=True``), so the container's processes are
+that session and process group plus whatever they fork. That is enough to find
+and kill them, which is all this module does::
+
+    procs = snapshot(leader_pid)          # before asking the task to stop
+    os.killpg(leader_pid, signal.SIGTERM)  # ... grace period ...
+    kill_tree(leader_pid, also=procs)      # SIGKILL whatever is left
+
+Error handling: everything here works from ``/proc`` and tolerates processes
+vanishing while we look at them. The weak spot of posix isolation is a process
+that both leaves the session (``setsid``) and outlives its parent: once it is
+re-parented to init nothing links it to the container any more. Taking a
+:func:`snapshot` *before* the first signal catches those that had already
+escaped; isolators with cgroups close the gap for real.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from ..hookspecs import Isolator
+
+PROC = "/proc"
 
 
 class PosixIsolator(Isolator):
     name = "posix"
-    description = "no enforcement: processes run as plain children of the agent"
+    description = "no enforcement: each container is its own session and process group"
+
+
+@dataclass(frozen=True)
+class ProcessEntry:
+    """One line of ``/proc/<pid>/stat``, the fields we need."""
+
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    state: str
+    start_time: int
+    """Clock ticks after boot; with ``pid`` it names a process without reuse ambiguity."""
+
+
+def read_stat(pid: int) -> ProcessEntry | None:
+    """Parse ``/proc/<pid>/stat``; None when the process is gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain ')' and spaces.
+    rest = raw.rpartition(")")[2].split()
+    try:
+        return ProcessEntry(
+            pid=pid,
+            state=rest[0],
+            ppid=int(rest[1]),
+            pgrp=int(rest[2]),
+            session=int(rest[3]),
+            start_time=int(rest[19]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def process_table() -> dict[int, ProcessEntry]:
+    """Every live process on the host (zombies excluded: signalling them is moot)."""
+    table: dict[int, ProcessEntry] = {}
+    try:
+        names = os.listdir(PROC)
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        entry = read_stat(int(name))
+        if entry is not None and entry.state not in ("Z", "X"):
+            table[entry.pid] = entry
+    return table
+
+
+def container_processes(leader: int, table: dict[int, ProcessEntry] | None = None) -> set[ProcessEntry]:
+    """The processes of the container whose first process is ``leader``.
+
+    Members are the leader's session and process group, plus every descendant of
+    a member (which catches children that called ``setsid`` while their parent
+    is alive). The agent itself is never included.
+    """
+    table = process_table() if table is None else table
+    me = os.getpid()
+    members = {
+        pid for pid, e in table.items() if pid == leader or e.pgrp == leader or e.session == leader
+    }
+    children: dict[int, list[int]] = {}
+    for pid, e in table.items():
+        children.setdefault(e.ppid, []).append(pid)
+    stack = list(members)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in members:
+                members.add(child)
+                stack.append(child)
+    members.discard(me)
+    return {table[pid] for pid in members}
+
+
+def snapshot(leader: int) -> set[ProcessEntry]:
+    """The container's processes right now; pass to :func:`kill_tree` as ``also``."""
+    return container_processes(leader)
+
+
+def signal_group(leader: int, sig: int) -> bool:
+    """Send ``sig`` to the process group led by ``leader``; False if it is gone."""
+    try:
+        os.killpg(leader, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_exists(leader: int) -> bool:
+    """True while any process is left in the group led by ``leader``."""
+    try:
+        os.killpg(leader, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def kill_tree(leader: int, also: Iterable[ProcessEntry] = ()) -> int:
+    """SIGKILL every process of the container led by ``leader``; returns how many.
+
+    The tree is first frozen with SIGSTOP and re-scanned until no new member
+    appears, so a process forking in a loop cannot outrun us. ``also`` holds
+    entries from an earlier :func:`snapshot`; each is killed only if the same
+    process (pid and start time) is still alive.
+    """
+    me = os.getpid()
+    stopped: dict[int, ProcessEntry] = {}
+    for _ in range(20):
+        table = process_table()
+        found = container_processes(leader, table)
+        for e in also:
+            live = table.get(e.pid)
+            if live is not None and live.start_time == e.start_time and e.pid != me:
+                found.add(live)
+        fresh = [e for e in found if e.pid not in stopped]
+        if not fresh:
+            break
+        for e in fresh:
+            stopped[e.pid] = e
+            _send(e.pid, signal.SIGSTOP)
+    for pid in stopped:
+        _send(pid, signal.SIGKILL)
+    # Stopped processes die on SIGKILL; SIGCONT is not needed but is harmless
+    # for any that a race left stopped and alive.
+    for pid in stopped:
+        _send(pid, signal.SIGCONT)
+    return len(stopped)
+
+
+def _send(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def describe_exit(returncode: int) -> tuple[int, str]:
+    """``(exit status, text)`` for a ``Popen.returncode``: shell convention,
+    128 + N for death by signal N."""
+    if returncode < 0:
+        sig = -returncode
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return 128 + sig, f"killed by signal {name}"
+    return returncode, f"exited with status {returncode}"

@@ -44,20 +44,31 @@ def _agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _serve_until_signal(*daemons: Any) -> None:
-    """Start ``daemons`` in order, wait for SIGINT/SIGTERM, stop them in reverse."""
+async def _serve_until_signal(*daemons: Any) -> int:
+    """Start ``daemons`` in order, run until SIGINT/SIGTERM or until a daemon stops on
+    its own (an agent the master refused), then stop them in reverse.
+
+    Returns the exit status: 0 after a signal, 1 when a daemon stopped by itself.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     started = []
+    waiters = [asyncio.ensure_future(stop.wait())]
     try:
         for d in daemons:
             await d.start()
             started.append(d)
-        await stop.wait()
+            for inner in getattr(d, "daemons", lambda: [d])():
+                if isinstance(getattr(inner, "stopped", None), asyncio.Event):
+                    waiters.append(asyncio.ensure_future(inner.stopped.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        return 0 if stop.is_set() else 1
     finally:
+        for w in waiters:
+            w.cancel()
         errors = []
         for d in reversed(started):
             try:
@@ -80,8 +91,7 @@ def master(args: argparse.Namespace) -> int:
     from ..master import Master
 
     daemon = Master(cfg.master, load_plugins())
-    asyncio.run(_serve_until_signal(daemon))
-    return 0
+    return asyncio.run(_serve_until_signal(daemon))
 
 
 def agent(args: argparse.Namespace) -> int:
@@ -93,8 +103,7 @@ def agent(args: argparse.Namespace) -> int:
     from ..agent import Agent
 
     daemon = Agent(cfg.agent, load_plugins())
-    asyncio.run(_serve_until_signal(daemon))
-    return 0
+    return asyncio.run(_serve_until_signal(daemon))
 
 
 def local(args: argparse.Namespace) -> int:
@@ -106,8 +115,7 @@ def local(args: argparse.Namespace) -> int:
     from .local_cluster import LocalCluster
 
     cluster = LocalCluster(cfg, args.agents, load_plugins())
-    asyncio.run(_serve_until_signal(cluster))
-    return 0
+    return asyncio.run(_serve_until_signal(cluster))
 
 
 def run(args: argparse.Namespace) -> int:

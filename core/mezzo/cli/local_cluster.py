@@ -45,6 +45,10 @@ class LocalCluster:
             self.agents.append(agent)
         log.info("local cluster running", master=self.master.address, agents=len(self.agents))
 
+    def daemons(self) -> list:
+        """The master and the agents, for callers watching them."""
+        return [self.master, *self.agents]
+
     async def stop(self) -> None:
         for agent in reversed(self.agents):
             await agent.stop()

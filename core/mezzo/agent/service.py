@@ -1,0 +1,107 @@
+"""The ``Agent`` Thrift service: what the master and executors may ask of an agent.
+
+One handler serves the agent's connection to its master and every connection an
+executor dials. The transport dispatches ``foo(a, b)`` to ``handler.foo(conn, a, b)``;
+each method here checks that the call came from the side allowed to make it (the
+master's link, or a registered executor's connection) and hands it to the
+:class:`~mezzo.agent.agent.Agent`. A call from the wrong side is logged and
+dropped: an executor cannot launch tasks, a stranger cannot speak for an executor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..rpc import Connection
+from ..services import EXECUTOR
+from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskStatus
+from .executors import ExecutorRun
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+
+class AgentService:
+    """The ``Agent`` Thrift service: one handler for the master's connection and
+    every executor's. Each call checks it came from the side allowed to make it."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def _from_master(self, conn: Connection, method: str) -> bool:
+        link = self._agent._link
+        if link is not None and conn is link.conn:
+            return True
+        self._agent.log.warning("ignoring a master-only call from another peer", method=method, peer=conn.peer)
+        return False
+
+    def _executor_of(self, conn: Connection, method: str) -> ExecutorRun | None:
+        if isinstance(conn.tag, ExecutorRun):
+            return conn.tag
+        self._agent.log.warning("ignoring an executor call from an unregistered peer", method=method, peer=conn.peer)
+        return None
+
+    # -- from the master
+
+    def registered(self, conn: Connection, agent_id: str) -> None:
+        if self._from_master(conn, "registered"):
+            self._agent._on_registered(agent_id or "", again=False)
+
+    def reregistered(self, conn: Connection, agent_id: str) -> None:
+        if self._from_master(conn, "reregistered"):
+            self._agent._on_registered(agent_id or "", again=True)
+
+    def run_task(self, conn: Connection, framework: FrameworkInfo, task: TaskInfo) -> None:
+        if self._from_master(conn, "run_task"):
+            self._agent.run_task(framework, task)
+
+    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
+        if self._from_master(conn, "kill_task"):
+            self._agent.kill_task(framework_id or "", task_id or "")
+
+    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str, uuid: str) -> None:
+        if self._from_master(conn, "status_update_acknowledged"):
+            self._agent.updates.acknowledge(framework_id or "", task_id or "", uuid or "")
+
+    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+        if not self._from_master(conn, "framework_to_executor"):
+            return
+        run = self._agent.find_executor(framework_id or "", executor_id or "")
+        if run is None or not run.send_framework_message(data or b""):
+            self._agent.log.info("dropping framework message: executor not registered here",
+                                 framework=framework_id, executor=executor_id)
+
+    def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
+        if self._from_master(conn, "shutdown_framework"):
+            self._agent.shutdown_framework(framework_id or "")
+
+    def error(self, conn: Connection, message: str) -> None:
+        if self._from_master(conn, "error"):
+            self._agent._on_error(message or "")
+
+    # -- from executors
+
+    def register_executor(self, conn: Connection, framework_id: str, executor_id: str) -> None:
+        agent = self._agent
+        run = agent.find_executor(framework_id or "", executor_id or "")
+        if run is None or conn.tag is not None or not run.accepts_registration():
+            agent.log.warning("refusing executor registration: not expected here",
+                              framework=framework_id, executor=executor_id, peer=conn.peer)
+            conn.remote(EXECUTOR).shutdown()
+            conn.close()
+            return
+        run.on_registered(conn)
+
+    def executor_status_update(self, conn: Connection, status: TaskStatus) -> None:
+        run = self._executor_of(conn, "executor_status_update")
+        if run is not None and status is not None:
+            self._agent.executor_status(conn, run, status)
+
+    def executor_to_framework(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+        run = self._executor_of(conn, "executor_to_framework")
+        if run is not None:
+            self._agent.executor_message(run, data)
+
+    def connection_lost(self, conn: Connection) -> None:
+        if isinstance(conn.tag, ExecutorRun):
+            conn.tag.on_disconnected(conn)

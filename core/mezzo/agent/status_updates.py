@@ -1,0 +1,218 @@
+"""Reliable, ordered delivery of task status updates from the agent to the master.
+
+Usage::
+
+    updates = StatusUpdateManager(send=master_send, agent_id=lambda: agent.agent_id,
+                                  retry=config.status_update_retry,
+                                  on_stream_end=forget_task)
+    updates.update(TaskStatus(task_id=..., framework_id=..., state=TASK_RUNNING))
+    updates.acknowledge(framework_id, task_id, uuid)     # from the master
+    updates.resend_all()                                 # after re-registration
+
+Semantics (at-least-once, as in Apache Mesos):
+
+- One :class:`StatusUpdateStream` per task. Updates are queued in the order they
+  happen; only the oldest unacknowledged one is *in flight*. The next is sent
+  only when the master's acknowledgement for the in-flight one comes back, so
+  the scheduler sees a task's states in order even across retries and failover.
+- Each update carries a ``uuid`` (kept when an executor supplied one, so the
+  executor's own retries de-duplicate), the agent and framework ids, a ``source``
+  and a ``timestamp``.
+- The in-flight update is re-sent every ``retry`` seconds, doubling up to
+  :data:`MAX_RETRY_INTERVAL`, until acknowledged; and at once after the agent
+  re-registers (the master may have failed over and never seen it).
+- An acknowledgement whose uuid is not the one in flight (a duplicate, or for an
+  update already taken over) is ignored.
+- Once the terminal update of a task is acknowledged the stream ends and
+  ``on_stream_end`` lets the agent drop the task. Updates arriving after a
+  terminal one are dropped: a task does not come back to life.
+
+Error handling: ``send`` returns False when the master is unreachable; the update
+stays queued and the retry timer keeps ticking, so nothing is lost while the
+agent reconnects. Nothing here raises on bad acknowledgements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid as uuidlib
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+
+from .. import is_terminal, state_name
+from ..wire.ttypes import TaskStatus
+
+log = structlog.get_logger("mezzo.agent", component="agent")
+
+MAX_RETRY_INTERVAL = 30.0
+"""Seconds: the retry backoff of an unacknowledged update stops doubling here."""
+
+StreamKey = tuple[str, str]
+"""``(framework_id, task_id)``."""
+
+
+class StatusUpdateStream:
+    """The ordered, acknowledged updates of one task."""
+
+    def __init__(self, key: StreamKey, send: Callable[[TaskStatus], bool], retry: float) -> None:
+        self.key = key
+        self._send = send
+        self._initial_retry = max(retry, 0.001)
+        self._interval = self._initial_retry
+        self._pending: deque[TaskStatus] = deque()
+        self._uuids: set[str] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self.terminal_queued = False
+        self.ended = False
+        self.latest: TaskStatus | None = None
+        """The most recent update added (acknowledged or not)."""
+
+    @property
+    def in_flight(self) -> TaskStatus | None:
+        return self._pending[0] if self._pending else None
+
+    def has_seen(self, uuid: str) -> bool:
+        return uuid in self._uuids
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, status: TaskStatus) -> bool:
+        """Queue ``status`` (already stamped with a uuid); False if dropped."""
+        if status.uuid in self._uuids:
+            return False  # an executor retrying an update we already hold
+        if self.terminal_queued:
+            log.info(
+                "dropping update after a terminal one",
+                framework=self.key[0], task=self.key[1], state=state_name(status.state),
+            )
+            return False
+        self._uuids.add(status.uuid)
+        self._pending.append(status)
+        self.latest = status
+        if is_terminal(status.state):
+            self.terminal_queued = True
+        if len(self._pending) == 1:
+            self._transmit()
+        return True
+
+    def acknowledge(self, uuid: str) -> bool:
+        """The master acknowledged ``uuid``; True if it was the update in flight."""
+        head = self.in_flight
+        if head is None or head.uuid != uuid:
+            return False
+        self._pending.popleft()
+        self._cancel_timer()
+        self._interval = self._initial_retry
+        if is_terminal(head.state):
+            self.ended = True
+            self._pending.clear()
+        elif self._pending:
+            self._transmit()
+        return True
+
+    def resend(self) -> None:
+        """Send the in-flight update again now and restart its backoff."""
+        if self._pending:
+            self._cancel_timer()
+            self._interval = self._initial_retry
+            self._transmit()
+
+    def close(self) -> None:
+        self._cancel_timer()
+        self._pending.clear()
+
+    def _transmit(self) -> None:
+        self._send(self._pending[0])
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._retry)
+
+    def _retry(self) -> None:
+        self._timer = None
+        if not self._pending:
+            return
+        head = self._pending[0]
+        log.debug(
+            "re-sending unacknowledged status update",
+            framework=self.key[0], task=self.key[1], state=state_name(head.state), uuid=head.uuid,
+        )
+        self._interval = min(self._interval * 2, MAX_RETRY_INTERVAL)
+        self._transmit()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class StatusUpdateManager:
+    """All streams of an agent, keyed by ``(framework_id, task_id)``."""
+
+    def __init__(
+        self,
+        send: Callable[[TaskStatus], bool],
+        agent_id: Callable[[], str],
+        retry: float,
+        on_stream_end: Callable[[StreamKey], None] = lambda key: None,
+    ) -> None:
+        self._send = send
+        self._agent_id = agent_id
+        self._retry = retry
+        self._on_stream_end = on_stream_end
+        self.streams: dict[StreamKey, StatusUpdateStream] = {}
+
+    def update(self, status: TaskStatus, *, source: str = "agent") -> TaskStatus | None:
+        """Stamp ``status`` and queue it on its task's stream.
+
+        Returns the stamped status, or None when the stream dropped it (duplicate
+        uuid, or after the task's terminal update).
+        """
+        if not status.uuid:
+            status.uuid = uuidlib.uuid4().hex
+        status.agent_id = self._agent_id()
+        status.source = status.source or source
+        if not status.timestamp:
+            status.timestamp = time.time()
+        key = (status.framework_id, status.task_id)
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry)
+        return status if stream.add(status) else None
+
+    def acknowledge(self, framework_id: str, task_id: str, uuid: str) -> bool:
+        """Apply the master's acknowledgement; True when it matched the update in flight."""
+        key = (framework_id, task_id)
+        stream = self.streams.get(key)
+        if stream is None or not stream.acknowledge(uuid):
+            log.debug("ignoring stale acknowledgement", framework=framework_id, task=task_id, uuid=uuid)
+            return False
+        if stream.ended:
+            del self.streams[key]
+            self._on_stream_end(key)
+        return True
+
+    def holds(self, framework_id: str, task_id: str, uuid: str) -> bool:
+        """True if the stream of the task has seen ``uuid`` (for executor retries)."""
+        stream = self.streams.get((framework_id, task_id))
+        return stream is not None and stream.has_seen(uuid)
+
+    def latest(self, framework_id: str, task_id: str) -> TaskStatus | None:
+        stream = self.streams.get((framework_id, task_id))
+        return stream.latest if stream is not None else None
+
+    def resend_all(self) -> None:
+        """After (re-)registration: every in-flight update goes out again."""
+        for stream in self.streams.values():
+            stream.resend()
+
+    def drop_framework(self, framework_id: str) -> None:
+        """Forget every update of a framework that was shut down (nobody will ack them)."""
+        for key in [k for k in self.streams if k[0] == framework_id]:
+            self.streams.pop(key).close()
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
+        self.streams.clear()
