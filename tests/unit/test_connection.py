@@ -28,6 +28,7 @@ class FakeTransport(asyncio.Transport):
         self._protocol = protocol
         self._extra = {"peername": peer, "socket": sock}
         self.writes: list[bytes] = []
+        self.write_threads: list[int] = []
         self.closed = False
 
     def get_extra_info(self, name, default=None):
@@ -36,6 +37,7 @@ class FakeTransport(asyncio.Transport):
     def write(self, data) -> None:
         assert not self.closed, "write after close"
         self.writes.append(bytes(data))
+        self.write_threads.append(threading.get_ident())
 
     def close(self) -> None:
         if not self.closed:
