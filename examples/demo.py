@@ -7,9 +7,11 @@ agent with 4 cpus and 4 GB), then two frameworks in this process:
 - ``render`` runs cpu-heavy tasks  <1 cpu, 256 MB>,
 - ``etl``    runs memory-heavy tasks <0.5 cpu, 1 GB>.
 
-Both want more than the cluster has. DRF gives each the same *dominant* share:
-render gets most of the cpus, etl most of the memory. A progress line per second
-shows what each holds; at the end a summary says what each framework got.
+Both want more than the cluster has. Each takes at most ``--per-offer`` tasks
+from an offer and hands the rest straight back, so the master's allocator (DRF)
+decides who gets the next bite: the two end up with about the same *dominant*
+share, render holding most of the cpus and etl most of the memory. A progress
+line per second shows what each holds; at the end a summary says what each got.
 
     python examples/demo.py [--tasks N] [--task-seconds S]
 """
@@ -27,6 +29,7 @@ import threading
 import time
 
 import mezzo
+import mezzo.log
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.state_client import MasterUnreachable, fetch_state
 from mezzo.testing import free_port
@@ -35,8 +38,10 @@ from mezzo.testing import free_port
 class DemoFramework(mezzo.Scheduler):
     """Runs ``total`` copies of one task shape, as many at once as offers allow."""
 
-    def __init__(self, name: str, cpus: float, mem: float, total: int, seconds: float) -> None:
+    def __init__(self, name: str, cpus: float, mem: float, total: int, seconds: float,
+                 per_offer: int) -> None:
         self.name = name
+        self.per_offer = per_offer
         self.task = Resources(cpus=cpus, mem=mem)
         self.total = total
         self.seconds = seconds
@@ -50,7 +55,7 @@ class DemoFramework(mezzo.Scheduler):
     def resource_offers(self, driver, offers):
         for offer in offers:
             left, tasks = offer.resources, []
-            while self.launched < self.total and self.task.fits_in(left):
+            while self.launched < self.total and len(tasks) < self.per_offer and self.task.fits_in(left):
                 self.launched += 1
                 left = left - self.task
                 tid = f"{self.name}-{self.launched:03d}"
@@ -101,7 +106,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", type=int, default=40, help="tasks per framework (default 40)")
     p.add_argument("--task-seconds", type=float, default=1.5, help="how long each task runs (default 1.5)")
+    p.add_argument("--per-offer", type=int, default=2, help="most tasks a framework takes from one offer (default 2)")
     args = p.parse_args()
+    mezzo.log.configure("warning")
 
     port = free_port()
     master = f"127.0.0.1:{port}"
@@ -116,8 +123,8 @@ def main() -> int:
     try:
         wait_for_cluster(master, 3, cluster)
         frameworks = [
-            DemoFramework("render", 1.0, 256, args.tasks, args.task_seconds),
-            DemoFramework("etl", 0.5, 1024, args.tasks, args.task_seconds),
+            DemoFramework("render", 1.0, 256, args.tasks, args.task_seconds, args.per_offer),
+            DemoFramework("etl", 0.5, 1024, args.tasks, args.task_seconds, args.per_offer),
         ]
         drivers = []
         for fw in frameworks:
