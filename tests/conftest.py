@@ -64,6 +64,8 @@ class Recorder(mezzo.Scheduler):
         self.lock = threading.Lock()
         self.framework_id = None
         self.registered_event = threading.Event()
+        self.reregistered_event = threading.Event()
+        self.disconnections = 0
         self.offers: list = []
         self.statuses: list = []
         self.rescinded: list = []
@@ -74,6 +76,13 @@ class Recorder(mezzo.Scheduler):
     def registered(self, driver, framework_id, master):
         self.framework_id = framework_id
         self.registered_event.set()
+
+    def reregistered(self, driver, framework_id, master):
+        self.framework_id = framework_id
+        self.reregistered_event.set()
+
+    def disconnected(self, driver):
+        self.disconnections += 1
 
     def resource_offers(self, driver, offers):
         with self.lock:

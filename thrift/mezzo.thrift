@@ -132,6 +132,14 @@ struct TaskStatus {
   12: optional binary data,
 }
 
+/** A task an agent holds, as it reports it when re-registering. */
+struct RunningTask {
+  1: string framework_id,
+  2: TaskInfo task,
+  /** The latest status the agent has for it (unset before the first one). */
+  3: optional TaskStatus latest,
+}
+
 /** Per-decline filter: do not re-offer these resources for refuse_seconds. */
 struct Filters {
   1: double refuse_seconds = 5.0,
@@ -173,9 +181,8 @@ service Master {
 
   // -- from agents
   oneway void register_agent(1: AgentInfo agent),
-  oneway void reregister_agent(1: AgentInfo agent, 2: list<TaskInfo> tasks,
-                               3: list<TaskStatus> statuses,
-                               4: list<ExecutorInfo> executors),
+  oneway void reregister_agent(1: AgentInfo agent, 2: list<RunningTask> tasks,
+                               3: list<ExecutorInfo> executors),
   oneway void status_update(1: TaskStatus status),
   oneway void executor_exited(1: string agent_id, 2: string framework_id,
                               3: string executor_id, 4: i32 exit_status, 5: string message),

@@ -90,8 +90,8 @@ class ScriptedMaster:
         self.agent_conn = conn
         conn.remote(AGENT).registered(self.agent_id)
 
-    def reregister_agent(self, conn: Connection, info: Any, tasks: Any, statuses: Any, executors: Any) -> None:
-        self._record(conn, "reregister_agent", info, tasks, statuses, executors)
+    def reregister_agent(self, conn: Connection, info: Any, tasks: Any, executors: Any) -> None:
+        self._record(conn, "reregister_agent", info, tasks, executors)
         self.agent_conn = conn
         conn.remote(AGENT).reregistered(info.agent_id)
 

@@ -198,10 +198,11 @@ def test_reregisters_with_its_tasks_after_losing_the_master(tmp_path):
             await asyncio.sleep(1.0)  # "short" finishes while nobody listens
             master2 = await ScriptedMaster(port=port).start()
             await agent.wait_registered(5)
-            info, tasks, statuses, executors = master2.called("reregister_agent")[0]
+            info, running, executors = master2.called("reregister_agent")[0]
             assert info.agent_id == "agent-1" and info.port == agent.port
-            assert sorted(t.task_id for t in tasks) == ["long", "short"]
-            latest = {s.task_id: name(s.state) for s in statuses}
+            assert sorted(r.task.task_id for r in running) == ["long", "short"]
+            assert {r.framework_id for r in running} == {"fw-1"}
+            latest = {r.task.task_id: name(r.latest.state) for r in running}
             assert latest == {"long": "TASK_RUNNING", "short": "TASK_FINISHED"}
             assert executors == []
             final = await master2.wait_final("short")

@@ -55,9 +55,9 @@ def test_executor_gets_tasks_relays_messages_and_its_exit_fails_the_rest(tmp_pat
             await wait_until(lambda: not agent.registered.is_set())
             master = await ScriptedMaster(port=port).start()
             await agent.wait_registered(5)
-            _info, tasks, statuses, executors = master.called("reregister_agent")[0]
-            assert [t.task_id for t in tasks] == ["slow"]
-            assert [name(s.state) for s in statuses] == ["TASK_RUNNING"]
+            _info, running, executors = master.called("reregister_agent")[0]
+            assert [r.task.task_id for r in running] == ["slow"]
+            assert [name(r.latest.state) for r in running] == ["TASK_RUNNING"]
             assert [(e.executor_id, e.framework_id) for e in executors] == [("exec-1", "fw-1")]
 
             master.agent.run_task(FRAMEWORK, executor_task("fatal", executor_script, "exit"))

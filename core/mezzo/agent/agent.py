@@ -50,7 +50,7 @@ from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address, serve
 from ..services import AGENT, EXECUTOR, MASTER
-from ..wire.ttypes import AgentInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
+from ..wire.ttypes import AgentInfo, FrameworkInfo, RunningTask, TaskInfo, TaskState, TaskStatus
 from .command_executor import CommandTask
 from .containerizer import Containerizer
 from .executors import ExecutorRun
@@ -248,13 +248,15 @@ class Agent:
         if not self.agent_id:
             master.register_agent(self.agent_info())
             return
-        tasks = [rec.info for rec in self.tasks.values()]
-        statuses = [s for key in self.tasks if (s := self.updates.latest(*key)) is not None]
+        tasks = [
+            RunningTask(framework_id=rec.framework_id, task=rec.info, latest=self.updates.latest(*key))
+            for key, rec in self.tasks.items()
+        ]
         executors = [
             run.info for fw in self.frameworks.values() for run in fw.executors.values() if run.alive
         ]
         self.log.info("re-registering with the master", tasks=len(tasks), executors=len(executors))
-        master.reregister_agent(self.agent_info(), tasks, statuses, executors)
+        master.reregister_agent(self.agent_info(), tasks, executors)
 
     def _master_lost(self, conn: Connection) -> None:
         self.registered.clear()

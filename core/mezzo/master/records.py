@@ -91,3 +91,21 @@ class OfferRecord:
     expires_at: float
     """Loop time after which the offer is rescinded (inf = never)."""
     created_at: float = field(default_factory=time.time)
+
+
+class FrameworkTag:
+    """Marks a connection as a scheduler's: ``conn.tag`` after ``register_framework``."""
+
+    __slots__ = ("framework_id",)
+
+    def __init__(self, framework_id: str) -> None:
+        self.framework_id = framework_id
+
+
+class AgentTag:
+    """Marks a connection as an agent's: ``conn.tag`` after ``register_agent``."""
+
+    __slots__ = ("agent_id",)
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id

@@ -140,12 +140,11 @@ class Iface(object):
         """
         pass
 
-    def reregister_agent(self, agent, tasks, statuses, executors):
+    def reregister_agent(self, agent, tasks, executors):
         """
         Parameters:
          - agent
          - tasks
-         - statuses
          - executors
 
         """
@@ -430,23 +429,21 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
-    def reregister_agent(self, agent, tasks, statuses, executors):
+    def reregister_agent(self, agent, tasks, executors):
         """
         Parameters:
          - agent
          - tasks
-         - statuses
          - executors
 
         """
-        self.send_reregister_agent(agent, tasks, statuses, executors)
+        self.send_reregister_agent(agent, tasks, executors)
 
-    def send_reregister_agent(self, agent, tasks, statuses, executors):
+    def send_reregister_agent(self, agent, tasks, executors):
         self._oprot.writeMessageBegin('reregister_agent', TMessageType.ONEWAY, self._seqid)
         args = reregister_agent_args()
         args.agent = agent
         args.tasks = tasks
-        args.statuses = statuses
         args.executors = executors
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
@@ -711,7 +708,7 @@ class Processor(Iface, TProcessor):
         args.read(iprot)
         iprot.readMessageEnd()
         try:
-            self._handler.reregister_agent(args.agent, args.tasks, args.statuses, args.executors)
+            self._handler.reregister_agent(args.agent, args.tasks, args.executors)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1892,7 +1889,6 @@ class reregister_agent_args(object):
     Attributes:
      - agent
      - tasks
-     - statuses
      - executors
 
     """
@@ -1900,15 +1896,13 @@ class reregister_agent_args(object):
     __slots__ = (
         'agent',
         'tasks',
-        'statuses',
         'executors',
     )
 
 
-    def __init__(self, agent=None, tasks=None, statuses=None, executors=None,):
+    def __init__(self, agent=None, tasks=None, executors=None,):
         self.agent = agent
         self.tasks = tasks
-        self.statuses = statuses
         self.executors = executors
 
     def read(self, iprot):
@@ -1931,7 +1925,7 @@ class reregister_agent_args(object):
                     self.tasks = []
                     (_etype113, _size110) = iprot.readListBegin()
                     for _i114 in range(_size110):
-                        _elem115 = TaskInfo()
+                        _elem115 = RunningTask()
                         _elem115.read(iprot)
                         self.tasks.append(_elem115)
                     iprot.readListEnd()
@@ -1939,23 +1933,12 @@ class reregister_agent_args(object):
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
-                    self.statuses = []
+                    self.executors = []
                     (_etype119, _size116) = iprot.readListBegin()
                     for _i120 in range(_size116):
-                        _elem121 = TaskStatus()
+                        _elem121 = ExecutorInfo()
                         _elem121.read(iprot)
-                        self.statuses.append(_elem121)
-                    iprot.readListEnd()
-                else:
-                    iprot.skip(ftype)
-            elif fid == 4:
-                if ftype == TType.LIST:
-                    self.executors = []
-                    (_etype125, _size122) = iprot.readListBegin()
-                    for _i126 in range(_size122):
-                        _elem127 = ExecutorInfo()
-                        _elem127.read(iprot)
-                        self.executors.append(_elem127)
+                        self.executors.append(_elem121)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1976,22 +1959,15 @@ class reregister_agent_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter128 in self.tasks:
-                iter128.write(oprot)
-            oprot.writeListEnd()
-            oprot.writeFieldEnd()
-        if self.statuses is not None:
-            oprot.writeFieldBegin('statuses', TType.LIST, 3)
-            oprot.writeListBegin(TType.STRUCT, len(self.statuses))
-            for iter129 in self.statuses:
-                iter129.write(oprot)
+            for iter122 in self.tasks:
+                iter122.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.executors is not None:
-            oprot.writeFieldBegin('executors', TType.LIST, 4)
+            oprot.writeFieldBegin('executors', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.executors))
-            for iter130 in self.executors:
-                iter130.write(oprot)
+            for iter123 in self.executors:
+                iter123.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2021,9 +1997,8 @@ all_structs.append(reregister_agent_args)
 reregister_agent_args.thrift_spec = (
     None,  # 0
     (1, TType.STRUCT, 'agent', [AgentInfo, None], None, ),  # 1
-    (2, TType.LIST, 'tasks', (TType.STRUCT, [TaskInfo, None], False), None, ),  # 2
-    (3, TType.LIST, 'statuses', (TType.STRUCT, [TaskStatus, None], False), None, ),  # 3
-    (4, TType.LIST, 'executors', (TType.STRUCT, [ExecutorInfo, None], False), None, ),  # 4
+    (2, TType.LIST, 'tasks', (TType.STRUCT, [RunningTask, None], False), None, ),  # 2
+    (3, TType.LIST, 'executors', (TType.STRUCT, [ExecutorInfo, None], False), None, ),  # 3
 )
 
 

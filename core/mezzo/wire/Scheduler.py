@@ -650,11 +650,11 @@ class resource_offers_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype134, _size131) = iprot.readListBegin()
-                    for _i135 in range(_size131):
-                        _elem136 = Offer()
-                        _elem136.read(iprot)
-                        self.offers.append(_elem136)
+                    (_etype127, _size124) = iprot.readListBegin()
+                    for _i128 in range(_size124):
+                        _elem129 = Offer()
+                        _elem129.read(iprot)
+                        self.offers.append(_elem129)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -671,8 +671,8 @@ class resource_offers_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter137 in self.offers:
-                iter137.write(oprot)
+            for iter130 in self.offers:
+                iter130.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

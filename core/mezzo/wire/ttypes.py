@@ -1285,6 +1285,102 @@ class TaskStatus(object):
         return not (self == other)
 
 
+class RunningTask(object):
+    """
+    A task an agent holds, as it reports it when re-registering.
+
+    Attributes:
+     - framework_id
+     - task
+     - latest: The latest status the agent has for it (unset before the first one).
+
+    """
+
+    __slots__ = (
+        'framework_id',
+        'task',
+        'latest',
+    )
+
+
+    def __init__(self, framework_id=None, task=None, latest=None,):
+        self.framework_id = framework_id
+        self.task = task
+        self.latest = latest
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.framework_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.task = TaskInfo()
+                    self.task.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.latest = TaskStatus()
+                    self.latest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('RunningTask')
+        if self.framework_id is not None:
+            oprot.writeFieldBegin('framework_id', TType.STRING, 1)
+            oprot.writeString(self.framework_id.encode('utf-8') if sys.version_info[0] == 2 else self.framework_id)
+            oprot.writeFieldEnd()
+        if self.task is not None:
+            oprot.writeFieldBegin('task', TType.STRUCT, 2)
+            self.task.write(oprot)
+            oprot.writeFieldEnd()
+        if self.latest is not None:
+            oprot.writeFieldBegin('latest', TType.STRUCT, 3)
+            self.latest.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Filters(object):
     """
     Per-decline filter: do not re-offer these resources for refuse_seconds.
@@ -1539,6 +1635,13 @@ TaskStatus.thrift_spec = (
     (10, TType.DOUBLE, 'timestamp', None, 0.0000000000000000, ),  # 10
     (11, TType.I32, 'exit_code', None, None, ),  # 11
     (12, TType.STRING, 'data', 'BINARY', None, ),  # 12
+)
+all_structs.append(RunningTask)
+RunningTask.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'framework_id', 'UTF8', None, ),  # 1
+    (2, TType.STRUCT, 'task', [TaskInfo, None], None, ),  # 2
+    (3, TType.STRUCT, 'latest', [TaskStatus, None], None, ),  # 3
 )
 all_structs.append(Filters)
 Filters.thrift_spec = (

@@ -1,0 +1,218 @@
+"""Agent calls of the master: registration, re-registration, loss, executors.
+
+Part of :class:`mezzo.master.Master` (a mixin over the master's state). An agent
+that loses its connection keeps its tasks for ``master.agent_reregister_timeout``;
+one that comes back in time is re-attached with everything it runs, one that does
+not is removed and its tasks reported TASK_LOST.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from ..resources import InvalidResources, Resources
+from ..services import AGENT, SCHEDULER
+from .. import is_terminal
+from ..wire.ttypes import AgentInfo, ExecutorInfo, RunningTask, TaskState, TaskStatus
+from .records import AgentRecord, AgentTag, FrameworkTag, TaskRecord
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+
+class AgentCalls:
+    """``register_agent``, ``reregister_agent``, ``executor_exited``,
+    ``executor_to_framework`` and what an agent's disconnection sets off."""
+
+    def _agent_of(self, conn: Any, call: str) -> AgentRecord | None:
+        tag = conn.tag
+        agent = self.agents.get(tag.agent_id) if isinstance(tag, AgentTag) else None
+        if agent is None:
+            log.warning("agent call from unregistered peer", call=call, peer=conn.peer)
+        return agent
+
+    def register_agent(self, conn: Any, agent: AgentInfo) -> None:
+        total = self._check_agent(conn, agent, "register_agent")
+        if total is None:
+            return
+        aid = f"{self.id}-S{next(self._agent_ids)}"
+        agent.agent_id = aid
+        self._add_agent(conn, agent, total)
+        conn.remote(AGENT).registered(aid)
+
+    def reregister_agent(self, conn: Any, agent: AgentInfo, tasks: list[RunningTask],
+                         executors: list[ExecutorInfo]) -> None:
+        total = self._check_agent(conn, agent, "reregister_agent")
+        if total is None:
+            return
+        aid = agent.agent_id
+        if not isinstance(aid, str) or not aid:
+            conn.remote(AGENT).error("reregister_agent: agent_id is required")
+            return
+        record = self.agents.get(aid)
+        if record is not None:
+            if record.removal_handle is not None:
+                record.removal_handle.cancel()
+                record.removal_handle = None
+            if record.conn is not None and record.conn is not conn:
+                record.conn.tag = None
+                record.conn.close()
+            record.conn = conn
+            record.connected = True
+            record.info = agent
+            conn.tag = AgentTag(aid)
+            log.info("agent re-registered", agent=aid, hostname=agent.hostname)
+            self.hook.mezzo_agent_added(agent=agent)
+        else:
+            # An agent this master has not seen (the master restarted): take its word
+            # for what runs on it, so those resources are not offered twice.
+            record = self._add_agent(conn, agent, total)
+            self._adopt(record, tasks or (), executors or ())
+        conn.remote(AGENT).reregistered(aid)
+        self.request_allocation()
+
+    def _adopt(self, agent: AgentRecord, running, executors) -> None:
+        """Record tasks and executors an agent reports. Those of frameworks that have
+        not re-registered yet stay on the agent record (their resources stay used)
+        and join their framework when it comes back (``_adopt_framework_tasks``)."""
+        for ex in executors:
+            if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
+                continue
+            res = _safe_resources(ex.resources)
+            ex.resources = res
+            agent.executors[(ex.framework_id, ex.executor_id)] = ex
+            agent.free = agent.free - res
+            if ex.framework_id in self.frameworks:
+                self.allocator.allocated(ex.framework_id, res)
+        for rt in running:
+            t = rt.task if rt is not None else None
+            fid = rt.framework_id if rt is not None else None
+            if t is None or not isinstance(fid, str) or not fid or not isinstance(t.task_id, str):
+                continue
+            latest = rt.latest
+            state = latest.state if latest is not None and isinstance(latest.state, int) else TaskState.TASK_STAGING
+            if is_terminal(state) or (fid, t.task_id) in agent.tasks:
+                continue  # its end is still being reported; nothing to hold
+            res = _safe_resources(t.resources)
+            tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=state)
+            agent.tasks[(fid, t.task_id)] = tr
+            agent.free = agent.free - res
+            framework = self.frameworks.get(fid)
+            if framework is not None and t.task_id not in framework.tasks:
+                framework.tasks[t.task_id] = tr
+                self.allocator.allocated(fid, res)
+
+    def _adopt_framework_tasks(self, framework) -> None:
+        """A framework came back: take in what agents reported running for it."""
+        fid = framework.id
+        for agent in self.agents.values():
+            for (tfid, tid), tr in agent.tasks.items():
+                if tfid == fid and tid not in framework.tasks:
+                    framework.tasks[tid] = tr
+                    self.allocator.allocated(fid, tr.resources)
+            for (efid, _eid), ex in agent.executors.items():
+                if efid == fid:
+                    self.allocator.allocated(fid, ex.resources)
+
+    def _check_agent(self, conn: Any, agent: AgentInfo, call: str) -> Resources | None:
+        remote = conn.remote(AGENT)
+        if isinstance(conn.tag, FrameworkTag):
+            remote.error(f"{call}: this connection belongs to a framework")
+            return None
+        if not isinstance(agent, AgentInfo) or not isinstance(agent.hostname, str) or not agent.hostname:
+            remote.error(f"{call}: AgentInfo.hostname is required")
+            return None
+        if not isinstance(agent.port, int) or not 0 < agent.port < 65536:
+            remote.error(f"{call}: AgentInfo.port {agent.port!r} is not a valid port")
+            return None
+        try:
+            total = Resources.of(agent.resources)
+        except InvalidResources as exc:
+            remote.error(f"{call}: resources: {exc}")
+            return None
+        if not total:
+            remote.error(f"{call}: the agent offers no resources")
+            return None
+        agent.resources = total
+        agent.attributes = {str(k): str(v) for k, v in (agent.attributes or {}).items()}
+        return total
+
+    def _add_agent(self, conn: Any, info: AgentInfo, total: Resources) -> AgentRecord:
+        record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total)
+        self.agents[record.id] = record
+        conn.tag = AgentTag(record.id)
+        self.allocator.add_agent(record.id, total)
+        log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
+        self.hook.mezzo_agent_added(agent=info)
+        self.request_allocation()
+        return record
+
+    def _remove_agent(self, agent: AgentRecord, reason: str) -> None:
+        self._rescind_offers(list(agent.offers.values()), notify=True)
+        for task in list(agent.tasks.values()):
+            self._release_task(task, agent)
+            task.state = TaskState.TASK_LOST
+            task.message = f"agent {agent.id} lost: {reason}"
+            task.reason = "agent_removed"
+            self.completed_tasks.append(task)
+            record = self.frameworks.get(task.framework_id)
+            status = TaskStatus(task_id=task.id, state=TaskState.TASK_LOST, reason="agent_removed",
+                                message=task.message, source="master", agent_id=agent.id,
+                                executor_id=task.executor_id, framework_id=task.framework_id,
+                                timestamp=time.time())
+            self.hook.mezzo_task_status(framework_id=task.framework_id, status=status)
+            if record is not None and record.conn is not None:
+                record.conn.remote(SCHEDULER).status_update(status)
+        for key in list(agent.executors):
+            self._release_executor(agent, key)
+        self.refusals.clear_agent(agent.id)
+        del self.agents[agent.id]
+        self.allocator.remove_agent(agent.id, agent.total)
+        for record in self.frameworks.values():
+            if record.conn is not None:
+                record.conn.remote(SCHEDULER).agent_lost(agent.id)
+        log.warning("agent removed", agent=agent.id, reason=reason)
+        self.hook.mezzo_agent_removed(agent_id=agent.id, reason=reason)
+
+    def _agent_disconnected(self, agent: AgentRecord) -> None:
+        agent.conn = None
+        agent.connected = False
+        self._rescind_offers(list(agent.offers.values()), notify=True)
+        timeout = self.config.agent_reregister_timeout
+        log.warning("agent disconnected", agent=agent.id, reregister_timeout=timeout)
+        if self._loop is not None:
+            agent.removal_handle = self._loop.call_later(timeout, self._agent_timeout, agent.id)
+
+    def _agent_timeout(self, agent_id: str) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is not None and not agent.connected:
+            self._remove_agent(agent, f"did not re-register within {self.config.agent_reregister_timeout:g} s")
+
+    def executor_exited(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
+                        exit_status: int, message: str) -> None:
+        agent = self._agent_of(conn, "executor_exited")
+        if agent is None:
+            return
+        self._release_executor(agent, (framework_id, executor_id))
+        log.info("executor exited", agent=agent.id, framework=framework_id, executor=executor_id,
+                 status=exit_status, message=message)
+        record = self.frameworks.get(framework_id)
+        if record is not None and record.conn is not None:
+            record.conn.remote(SCHEDULER).executor_lost(agent.id, executor_id, exit_status or 0)
+        self.request_allocation()
+
+    def executor_to_framework(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
+                              data: bytes) -> None:
+        agent = self._agent_of(conn, "executor_to_framework")
+        record = self.frameworks.get(framework_id)
+        if agent is not None and record is not None and record.conn is not None:
+            record.conn.remote(SCHEDULER).framework_message(agent.id, executor_id, data or b"")
+
+
+def _safe_resources(wire: Any) -> Resources:
+    try:
+        return Resources.of(wire)
+    except InvalidResources:
+        return Resources()
