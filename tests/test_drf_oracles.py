@@ -78,3 +78,17 @@ def test_weighted_drf(make_cluster, drivers):
     )
     assert (f1, f2) == (12, 11)
     assert running == {"F1": 12, "F2": 11}
+
+
+def test_guaranteed_share_is_the_weighted_fair_share(make_cluster, drivers):
+    from .conftest import Recorder
+
+    cluster = make_cluster(1, agent_resources="cpus:9;mem:18432",
+                           tables={"master.allocator.drf": {"frameworks": {"big": 2.0}}})
+    big, small = Recorder(), Recorder()
+    d_big = drivers(big, "big", cluster.master)
+    d_small = drivers(small, "small", cluster.master)
+    assert big.registered_event.wait(10) and small.registered_event.wait(10)
+    g_big, g_small = d_big.guaranteed_share(), d_small.guaranteed_share()
+    assert (g_big.get("cpus"), g_big.get("mem")) == (6, 12288)
+    assert (g_small.get("cpus"), g_small.get("mem")) == (3, 6144)

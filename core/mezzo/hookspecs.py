@@ -152,6 +152,17 @@ class AllocationCycle(abc.ABC):
         refuse filters, then each offer filter once. The reason for a False is
         recorded by the master (for the state output), not returned."""
 
+    def refusing(self, agent_id: str) -> "frozenset[str] | set[str]":
+        """Frameworks whose refuse filters cover what is free on ``agent_id`` now.
+
+        A hint for allocators that have walked past many refusing frameworks for one
+        agent: skipping members of this set by membership is much cheaper than asking
+        ``may_offer`` for each. It costs O(refusals of the agent) to build, so ask for
+        it only after a few refusals. ``may_offer`` stays the authority for everything
+        else (filters, connection). Default: empty (no hint).
+        """
+        return frozenset()
+
     @abc.abstractmethod
     def offer(self, framework_id: str, agent_id: str) -> None:
         """Offer every free resource of ``agent_id`` to ``framework_id``.

@@ -1,4 +1,10 @@
-"""A test harness for frameworks and for mezzo itself: a real cluster in subprocesses.
+"""Test harnesses for framework and plugin authors, and for mezzo itself.
+
+- :class:`LocalProcessCluster`: a real cluster (master and agents) in subprocesses.
+- :class:`ScriptedCycle`: an :class:`~mezzo.hookspecs.AllocationCycle` with fixed
+  agents and refusals, for unit tests of allocator plugins.
+
+A real cluster:
 
     with LocalProcessCluster(agents=3, master={"allocation_interval": 0.01}) as cluster:
         driver = mezzo.SchedulerDriver(MyScheduler(), mezzo.FrameworkInfo(name="t"), cluster.master)
@@ -23,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from .hookspecs import AllocationCycle
+from .resources import Resources
 from .state_client import MasterUnreachable, fetch_state
 
 
@@ -187,3 +195,38 @@ class LocalProcessCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ScriptedCycle(AllocationCycle):
+    """An allocation cycle for allocator unit tests: ``free`` maps agent ids to their
+    free resources, ``refused`` holds (framework id, agent id) pairs ``may_offer``
+    says no to. ``offer`` behaves like the master's: it empties the agent and calls
+    ``allocator.allocated`` before returning. ``offers`` and ``asked`` record what
+    happened, in order.
+    """
+
+    def __init__(self, allocator, free: Mapping[str, Resources], refused=()) -> None:
+        self.allocator = allocator
+        self._free = dict(free)
+        self.refused = set(refused)
+        self.offers: list[tuple[str, str]] = []
+        self.asked: list[tuple[str, str]] = []
+
+    def agents(self):
+        return [a for a, r in self._free.items() if r]
+
+    def free(self, agent_id):
+        return self._free[agent_id]
+
+    def may_offer(self, framework_id, agent_id):
+        self.asked.append((framework_id, agent_id))
+        return bool(self._free[agent_id]) and (framework_id, agent_id) not in self.refused
+
+    def refusing(self, agent_id):
+        return {f for f, a in self.refused if a == agent_id}
+
+    def offer(self, framework_id, agent_id):
+        res = self._free[agent_id]
+        self._free[agent_id] = Resources()
+        self.offers.append((framework_id, agent_id))
+        self.allocator.allocated(framework_id, res)

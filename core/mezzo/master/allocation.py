@@ -105,6 +105,15 @@ class Cycle(AllocationCycle):
                 return False
         return True
 
+    def refusing(self, agent_id: str) -> set[str]:
+        agent = self._m.agents.get(agent_id)
+        refusals = self._m.refusals.of_agent(agent_id)
+        if agent is None or not refusals:
+            return set()
+        free, now = agent.free, self._now
+        return {fid for fid, (until, refused) in refusals.items()
+                if until > now and (refused is free or free.fits_in(refused))}
+
     def offer(self, framework_id: str, agent_id: str) -> None:
         m = self._m
         agent = m.agents[agent_id]

@@ -50,6 +50,19 @@ def test_filtered_framework_is_skipped_and_unwanted_agent_left(fake_cycle):
     assert ("f1", "a2") in cycle.asked and ("f2", "a2") in cycle.asked
 
 
+def test_a_widely_refused_agent_switches_to_the_refusing_hint(fake_cycle):
+    from mezzo_allocator_drf.allocator import HINT_AFTER
+
+    names = [f"f{i:02d}" for i in range(40)]
+    a = make(frameworks=names, agents=1)
+    refused = {(n, "a0") for n in names[:30]}
+    cycle = fake_cycle(a, free_agents(1), refused)
+    a.allocate(cycle)
+    assert cycle.offers == [("f30", "a0")]
+    # may_offer was asked HINT_AFTER times, then the hint skipped the other refusers.
+    assert len(cycle.asked) == HINT_AFTER + 1 and cycle.asked[-1] == ("f30", "a0")
+
+
 def test_weights_steer_offers(fake_cycle):
     a = make({"roles": {"big": 3}}, frameworks=["small", "large:big"], agents=8)
     cycle = fake_cycle(a, free_agents(8))

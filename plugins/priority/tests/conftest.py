@@ -1,40 +1,15 @@
 """Test doubles for the strict-priority allocator's unit tests.
 
-``FakeCycle`` stands in for the master's ``AllocationCycle``: agents with free
-resources, refused (framework, agent) pairs, and an ``offer`` that empties the
-agent and calls ``allocator.allocated`` before returning, as the master does.
+``fake_cycle`` is :class:`mezzo.testing.ScriptedCycle`, the allocation cycle mezzo
+ships for allocator unit tests.
 """
 
 from __future__ import annotations
 
 import pytest
-from mezzo.hookspecs import AllocationCycle
-from mezzo.resources import Resources
-
-
-class FakeCycle(AllocationCycle):
-    def __init__(self, allocator, free: dict[str, Resources], refused=()) -> None:
-        self.allocator = allocator
-        self._free = dict(free)
-        self.refused = set(refused)
-        self.offers: list[tuple[str, str]] = []
-
-    def agents(self):
-        return [a for a, r in self._free.items() if r]
-
-    def free(self, agent_id):
-        return self._free[agent_id]
-
-    def may_offer(self, framework_id, agent_id):
-        return bool(self._free[agent_id]) and (framework_id, agent_id) not in self.refused
-
-    def offer(self, framework_id, agent_id):
-        res = self._free[agent_id]
-        self._free[agent_id] = Resources()
-        self.offers.append((framework_id, agent_id))
-        self.allocator.allocated(framework_id, res)
+from mezzo.testing import ScriptedCycle
 
 
 @pytest.fixture
 def fake_cycle():
-    return FakeCycle
+    return ScriptedCycle

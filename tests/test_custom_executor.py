@@ -1,0 +1,69 @@
+"""A framework's own executor through the real master and agent: one long-lived
+executor process runs many tasks, and framework messages travel both ways."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import mezzo
+from mezzo import CommandInfo, ExecutorInfo, Filters, Resources, TaskInfo
+
+from .conftest import wait_for
+
+EXECUTOR = Path(__file__).parent / "executors" / "echo_executor.py"
+
+
+class UsesExecutor(mezzo.Scheduler):
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.launched = 0
+        self.finished: dict[str, bytes] = {}
+        self.messages: list[tuple[str, str, bytes]] = []
+        self.lost_executors: list[str] = []
+        self.done = threading.Event()
+        self.executor = ExecutorInfo(
+            executor_id="echo", name="echo executor",
+            command=CommandInfo(value=f"{sys.executable} {EXECUTOR}"),
+            resources=Resources(cpus=0.1, mem=64))
+
+    def resource_offers(self, driver, offers):
+        for offer in offers:
+            if self.launched >= self.n:
+                driver.decline_offer(offer.offer_id, Filters(refuse_seconds=60))
+                continue
+            tasks = []
+            while self.launched < self.n:
+                self.launched += 1
+                tasks.append(TaskInfo(task_id=f"e{self.launched}", agent_id=offer.agent_id,
+                                      resources=Resources(cpus=0.2, mem=16), executor=self.executor))
+            driver.launch_tasks(offer.offer_id, tasks, Filters(refuse_seconds=0))
+
+    def status_update(self, driver, status):
+        if status.state == mezzo.TaskState.TASK_FINISHED:
+            self.finished[status.task_id] = status.data
+            if len(self.finished) == self.n:
+                self.done.set()
+
+    def framework_message(self, driver, agent_id, executor_id, data):
+        self.messages.append((agent_id, executor_id, data))
+
+    def executor_lost(self, driver, agent_id, executor_id, status):
+        self.lost_executors.append(executor_id)
+
+
+def test_one_executor_process_runs_many_tasks(make_cluster, drivers):
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    sched = UsesExecutor(5)
+    driver = drivers(sched, "executor-user", cluster.master)
+    assert sched.done.wait(30), f"finished: {sorted(sched.finished)}"
+    pids = set(sched.finished.values())
+    assert len(pids) == 1, f"tasks ran in several executor processes: {pids}"
+    state = cluster.state()
+    (agent,) = state["agents"]
+    assert [e["executor_id"] for e in agent["executors"]] == ["echo"]
+
+    driver.send_framework_message("echo", agent["id"], b"ping")
+    wait_for(lambda: sched.messages, 10, "the executor's reply")
+    assert sched.messages == [(agent["id"], "echo", b"PING")]
