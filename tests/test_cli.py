@@ -87,3 +87,11 @@ def test_state_prints_the_cluster(make_cluster):
     state = json.loads(r.stdout)
     assert len(state["agents"]) == 2
     assert {"master", "agents", "frameworks", "tasks", "offers"} <= set(state)
+
+
+def test_settings_for_a_component_that_does_not_exist_are_an_error(tmp_path):
+    cfg = tmp_path / "typo.toml"
+    cfg.write_text('[master]\nlisten = "127.0.0.1:0"\n[master.allocator.dfr]\nroles = { a = 2.0 }\n')
+    r = mezzo("master", "--config", str(cfg), timeout=20)
+    assert r.returncode == 2
+    assert "master.allocator.dfr: settings for allocator 'dfr'" in r.stderr

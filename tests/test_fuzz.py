@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import socket
 import struct
-import time
 
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import mezzo
 from mezzo import Filters, FrameworkFilters, Resources
 
 from .conftest import Recorder, wait_for

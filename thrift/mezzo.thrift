@@ -12,6 +12,10 @@
  *
  * Regenerate the Python code with `make thrift`; a test checks that the
  * committed code matches this file.
+ *
+ * Collections have no default values on purpose: the Python generator of
+ * Thrift 0.17 shares one mutable default object between all instances, so an
+ * absent map or list is None and readers write `x or {}`.
  */
 
 namespace py wire
@@ -30,8 +34,8 @@ struct Range {
  * exact; mezzo.Resources converts to and from user-facing numbers.
  */
 struct Resources {
-  1: map<string, i64> scalars = {},
-  2: map<string, list<Range>> ranges = {},
+  1: map<string, i64> scalars,
+  2: map<string, list<Range>> ranges,
 }
 
 struct FrameworkInfo {
@@ -52,7 +56,7 @@ struct AgentInfo {
   2: string hostname,
   3: i32 port,
   4: Resources resources,
-  5: map<string, string> attributes = {},
+  5: map<string, string> attributes,
 }
 
 struct Offer {
@@ -61,17 +65,17 @@ struct Offer {
   3: string agent_id,
   4: string hostname,
   5: Resources resources,
-  6: map<string, string> attributes = {},
+  6: map<string, string> attributes,
   /** Executors of this framework already running on the agent. */
-  7: list<string> executor_ids = [],
+  7: list<string> executor_ids,
 }
 
 struct CommandInfo {
   /** With shell (the default) run by /bin/sh -c; otherwise value is the program. */
   1: string value,
-  2: list<string> arguments = [],
+  2: list<string> arguments,
   3: bool shell = true,
-  4: map<string, string> environment = {},
+  4: map<string, string> environment,
 }
 
 struct ExecutorInfo {
@@ -91,7 +95,7 @@ struct TaskInfo {
   5: optional CommandInfo command,
   6: optional ExecutorInfo executor,
   7: optional binary data,
-  8: map<string, string> labels = {},
+  8: map<string, string> labels,
 }
 
 enum TaskState {

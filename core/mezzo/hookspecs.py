@@ -16,7 +16,9 @@ switches on by name in TOML. Installing a plugin never switches anything on.
 
 Everything else is an **observer hook** (``mezzo_task_status``, ...): called for
 every plugin that implements it, for metrics and audit, results ignored. Observer
-hooks run on the daemon's event loop: keep them cheap and never block.
+hooks run on the daemon's event loop: keep them cheap and never block. An
+exception from an observer is logged and swallowed; it never aborts the master's
+work.
 
 A hook implementation that does not match its spec fails at start-up
 (``PluginManager.check_pending``), not at the first call.
@@ -49,12 +51,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 # --------------------------------------------------------------------- hooks
 
 
-@hookspec(historic=True)
+@hookspec
 def mezzo_register_components(registry: "ComponentRegistry") -> None:
     """Register the component classes this plugin provides.
 
-    Called once per process when the plugin manager is built (historic: a plugin
-    registered later gets the call replayed). Call ``registry.add(cls)`` for each
+    Called once per plugin when the plugin manager is built, plugin by plugin so
+    that a clash of names can say which two plugins clash. Call ``registry.add(cls)`` for each
     :class:`Allocator`, :class:`OfferFilter` or :class:`Isolator` subclass; the
     kind comes from the base class and the name from ``cls.name``. Registering two
     components of one kind under one name is a start-up error naming both plugins.
@@ -261,7 +263,8 @@ class OfferFilter(Component):
         the allocation cycle: it must be cheap and must not block.
 
         ``framework`` is the master's record of the framework: ``.id``, ``.info``
-        (FrameworkInfo) and ``.filters`` (FrameworkFilters or None). ``agent`` is the
+        (FrameworkInfo), ``.agent_whitelist`` (frozenset of agent ids/hostnames, or
+        None) and ``.min_free`` (Resources or None) from ``set_filters``. ``agent`` is the
         master's record of the agent: ``.id``, ``.info`` (AgentInfo, with hostname
         and attributes) and ``.total`` (Resources). Treat both as read-only."""
 

@@ -10,10 +10,10 @@ the one a TOML key names, or fails listing what is installed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Mapping
 
 import pluggy
+import structlog
 
 from . import hookspecs
 from .errors import ConfigError, PluginError
@@ -26,6 +26,8 @@ KINDS: dict[str, type[Component]] = {
 }
 
 BUILTIN_PLUGINS = ("mezzo.builtin",)
+
+_log = structlog.get_logger("mezzo.plugins")
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,24 @@ class ComponentRegistry:
         return cls(settings, key=key)
 
 
+def check_settings_tables(plugins: "Plugins", kind: str, tables: Mapping[str, Any], prefix: str) -> None:
+    """Refuse a settings table for a component that is not installed.
+
+    A table for an installed component that is not selected is fine (an operator
+    may keep settings for several allocators and switch between them); a table
+    whose name no installed component has is almost always a typo, such as
+    ``[master.allocator.dfr]``, which would otherwise be silently ignored.
+    """
+    installed = plugins.registry.names(kind)
+    for name in tables:
+        if name not in installed:
+            raise ConfigError(
+                f"{prefix}.{name}",
+                f"settings for {kind} {name!r}, but no installed {kind} has that name "
+                f"(installed: {', '.join(installed) or 'none'})",
+            )
+
+
 KNOWN_PROVIDERS = {
     "drf": "mezzo-allocator-drf",
     "strict-priority": "mezzo-allocator-priority",
@@ -104,12 +124,49 @@ def _kind_of(cls: type) -> str:
     raise PluginError(f"{cls!r} is not a mezzo component (subclass Allocator, OfferFilter or Isolator)")
 
 
+class Observers:
+    """Calls observer hooks so that a failing plugin cannot break the daemon.
+
+    ``observers.mezzo_task_status(framework_id=..., status=...)`` calls every
+    implementation; an exception is logged with the hook's name and swallowed,
+    because observers are for metrics and audit and the caller is usually halfway
+    through changing the master's state. A hook nobody implements costs one
+    attribute look-up.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._pm = pm
+        self._callers: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        caller = getattr(self._pm.hook, name)
+        if not caller.get_hookimpls():
+            safe = _noop
+        else:
+            def safe(**kwargs: Any) -> None:
+                try:
+                    caller(**kwargs)
+                except Exception:
+                    _log.exception("observer hook failed", hook=name)
+        self.__dict__[name] = safe
+        return safe
+
+
+def _noop(**kwargs: Any) -> None:
+    return None
+
+
 class Plugins:
-    """The loaded plugin manager and its registry; one per daemon."""
+    """The loaded plugin manager and its registry; one per daemon.
+
+    ``hook`` is pluggy's hook relay; ``observe`` calls observer hooks safely
+    (:class:`Observers`).
+    """
 
     def __init__(self, pm: pluggy.PluginManager, registry: ComponentRegistry) -> None:
         self.pm = pm
         self.hook = pm.hook
+        self.observe = Observers(pm)
         self.registry = registry
 
     def describe(self) -> list[dict[str, Any]]:

@@ -257,3 +257,21 @@ def test_describe_lists_plugins_and_components():
     assert builtin["distribution"] == "mezzo (built in)"
     assert {c["name"] for c in builtin["components"]} == {"posix", "agents", "min-free"}
     assert rows["quiet_plugin"]["components"] == []
+
+
+def test_a_failing_observer_is_logged_not_raised():
+    from mezzo import hookimpl
+    from mezzo.plugins import load_plugins
+
+    calls = []
+
+    class Broken:
+        @hookimpl
+        def mezzo_task_status(self, framework_id, status):
+            calls.append(framework_id)
+            raise RuntimeError("observer bug")
+
+    plugins = load_plugins(entry_points=False, extra=(Broken(),))
+    plugins.observe.mezzo_task_status(framework_id="f", status=None)  # must not raise
+    assert calls == ["f"]
+    plugins.observe.mezzo_agent_removed(agent_id="a", reason="r")  # nobody implements it

@@ -35,7 +35,7 @@ import structlog
 from ..config import AgentConfig
 from ..errors import MezzoError
 from ..hookspecs import Container, ContainerLaunch, Isolator
-from ..plugins import Plugins
+from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
 
@@ -133,6 +133,7 @@ class Containerizer:
         Raises :class:`~mezzo.errors.ConfigError` for a name that is not
         installed (listing those that are) or for settings an isolator refuses.
         """
+        check_settings_tables(plugins, "isolator", config.isolator_settings, "agent.isolators")
         isolators = []
         for name in config.isolation:
             isolators.append(
@@ -141,6 +142,7 @@ class Containerizer:
                     name,
                     config.isolator_settings.get(name, {}),
                     key=f"agent.isolators.{name}",
+                    selected_by="agent.isolation",
                 )
             )
         return cls(isolators)

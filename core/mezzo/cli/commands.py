@@ -7,12 +7,11 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
 from typing import Any
 
 from .. import config as config_mod
 from .. import log as log_mod
-from ..errors import ConfigError, MezzoError
+from ..errors import ConfigError
 from ..plugins import load_plugins
 
 

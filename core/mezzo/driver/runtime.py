@@ -133,6 +133,19 @@ def get_runtime() -> DriverRuntime:
         return _runtime
     with _runtime_lock:
         if _runtime is None or _runtime_pid != pid:
+            _default_logging()
             _runtime = DriverRuntime()
             _runtime_pid = pid
         return _runtime
+
+
+def _default_logging() -> None:
+    """Framework code that never set up structlog would get every debug and info line
+    of the drivers on stdout; give it warnings and errors on stderr instead. An
+    application that configured structlog itself is left alone."""
+    import structlog
+
+    from .. import log as log_setup
+
+    if not structlog.is_configured():
+        log_setup.configure("warning")

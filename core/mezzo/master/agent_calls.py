@@ -64,7 +64,7 @@ class AgentCalls:
             record.info = agent
             conn.tag = AgentTag(aid)
             log.info("agent re-registered", agent=aid, hostname=agent.hostname)
-            self.hook.mezzo_agent_added(agent=agent)
+            self.observe.mezzo_agent_added(agent=agent)
         else:
             # An agent this master has not seen (the master restarted): take its word
             # for what runs on it, so those resources are not offered twice.
@@ -145,7 +145,7 @@ class AgentCalls:
         conn.tag = AgentTag(record.id)
         self.allocator.add_agent(record.id, total)
         log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
-        self.hook.mezzo_agent_added(agent=info)
+        self.observe.mezzo_agent_added(agent=info)
         self.request_allocation()
         return record
 
@@ -162,7 +162,7 @@ class AgentCalls:
                                 message=task.message, source="master", agent_id=agent.id,
                                 executor_id=task.executor_id, framework_id=task.framework_id,
                                 timestamp=time.time())
-            self.hook.mezzo_task_status(framework_id=task.framework_id, status=status)
+            self.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
             if record is not None and record.conn is not None:
                 record.conn.remote(SCHEDULER).status_update(status)
         for key in list(agent.executors):
@@ -174,7 +174,7 @@ class AgentCalls:
             if record.conn is not None:
                 record.conn.remote(SCHEDULER).agent_lost(agent.id)
         log.warning("agent removed", agent=agent.id, reason=reason)
-        self.hook.mezzo_agent_removed(agent_id=agent.id, reason=reason)
+        self.observe.mezzo_agent_removed(agent_id=agent.id, reason=reason)
 
     def _agent_disconnected(self, agent: AgentRecord) -> None:
         agent.conn = None

@@ -20,6 +20,9 @@ from .records import AgentTag, FrameworkRecord, FrameworkTag
 
 log = structlog.get_logger("mezzo.master", component="master")
 
+REMEMBER_REMOVED = 10_000
+"""How many removed framework ids the master remembers, to refuse their return."""
+
 
 class FrameworkCalls:
     """``register_framework``, ``unregister_framework``, ``set_needs_offers``,
@@ -44,6 +47,12 @@ class FrameworkCalls:
         if existing is not None:
             self._reattach_framework(existing, conn, framework)
             return
+        if fid in self.removed_frameworks:
+            # Its tasks were killed when it was removed; letting it back in under the
+            # same id would make them vanish without a word. It must register anew.
+            scheduler.error(f"framework {fid} was removed ({self.removed_frameworks[fid]}); "
+                            "register without a framework id to start again")
+            return
         # An unknown id comes from a scheduler that registered with an earlier master
         # (failover): keep its id so its tasks stay its own, and say "re-registered".
         recovered = bool(fid)
@@ -57,7 +66,7 @@ class FrameworkCalls:
             self._adopt_framework_tasks(record)
         log.info("framework registered", framework=fid, name=framework.name, role=framework.role,
                  recovered=recovered)
-        self.hook.mezzo_framework_added(framework=framework)
+        self.observe.mezzo_framework_added(framework=framework)
         if recovered:
             scheduler.reregistered(fid, self.address)
         else:
@@ -120,9 +129,12 @@ class FrameworkCalls:
         if record.failover_handle is not None:
             record.failover_handle.cancel()
         del self.frameworks[fid]
+        self.removed_frameworks[fid] = reason
+        if len(self.removed_frameworks) > REMEMBER_REMOVED:
+            self.removed_frameworks.popitem(last=False)
         self.allocator.remove_framework(fid)
         log.info("framework removed", framework=fid, reason=reason)
-        self.hook.mezzo_framework_removed(framework_id=fid, reason=reason)
+        self.observe.mezzo_framework_removed(framework_id=fid, reason=reason)
         self.request_allocation()
 
     def set_needs_offers(self, conn: Any, framework_id: str, needs_offers: bool) -> None:

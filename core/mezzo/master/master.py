@@ -30,14 +30,14 @@ import itertools
 import math
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
 import structlog
 
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig
-from ..plugins import Plugins
+from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from ..rpc import parse_address, serve
 from ..services import MASTER, SCHEDULER, TOOL
@@ -60,8 +60,10 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     def __init__(self, config: MasterConfig, plugins: Plugins) -> None:
         self.config = config
         self.plugins = plugins
-        self.hook = plugins.hook
+        self.observe = plugins.observe
         self.id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        check_settings_tables(plugins, "allocator", config.allocator.settings, "master.allocator")
+        check_settings_tables(plugins, "offer_filter", config.offer_filter_settings, "master.offer_filter")
         name = config.allocator.name
         self.allocator = plugins.registry.create(
             "allocator", name, config.allocator.selected_settings(),
@@ -80,6 +82,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self.offer_book = OfferBook(self.id, config.offer_timeout)
         self.refusals = RefuseFilters()
         self.completed_tasks: deque[TaskRecord] = deque(maxlen=1000)
+        self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
+        """Ids of frameworks removed by this master, with why (bounded)."""
         self.last_cycle: dict[str, Any] = {}
         self._framework_ids = itertools.count(0)
         self._agent_ids = itertools.count(0)
@@ -103,7 +107,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         tune_gc()
         log.info("master started", address=self.address, master_id=self.id,
                  allocator=self.config.allocator.name)
-        self.hook.mezzo_leader_elected(master=self.address)
+        self.observe.mezzo_leader_elected(master=self.address)
 
     async def stop(self) -> None:
         """Stop serving and close every connection."""
@@ -147,7 +151,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             wire = [self._offer_message(record, o) for o in offers]
             record.conn.remote(SCHEDULER).resource_offers(wire)
             sent += len(wire)
-            self.hook.mezzo_offers_sent(framework_id=fid, offers=wire)
+            self.observe.mezzo_offers_sent(framework_id=fid, offers=wire)
         self._arm_timers()
         elapsed = time.perf_counter() - started
         self.last_cycle = {

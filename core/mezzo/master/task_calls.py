@@ -40,7 +40,7 @@ class TaskCalls:
             status.timestamp = time.time()
             log.info("task rejected", framework=framework_id, task=status.task_id,
                      state=state_name(status.state), reason=status.reason, message=status.message)
-            self.hook.mezzo_task_status(framework_id=framework_id, status=status)
+            self.observe.mezzo_task_status(framework_id=framework_id, status=status)
             scheduler.status_update(status)
         agent = plan.agent
         # The offers are consumed: what the accepted tasks use stays allocated to
@@ -93,7 +93,7 @@ class TaskCalls:
         if task is None or agent is None:
             conn.remote(SCHEDULER).status_update(TaskStatus(
                 task_id=task_id if isinstance(task_id, str) else "", state=TaskState.TASK_LOST,
-                reason="task_unknown", message="kill_task: the master knows no such running task",
+                reason="unknown_task", message="kill_task: the master knows no such running task",
                 source="master", framework_id=framework_id, timestamp=time.time(),
             ))
             return
@@ -120,7 +120,7 @@ class TaskCalls:
                 self._release_task(task, agent)
                 self.completed_tasks.append(task)
                 self.request_allocation()
-        self.hook.mezzo_task_status(framework_id=fid, status=status)
+        self.observe.mezzo_task_status(framework_id=fid, status=status)
         if record is None:
             # Nobody will acknowledge for a framework that is gone: do it for it so the
             # agent's stream does not retry forever.

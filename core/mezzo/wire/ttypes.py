@@ -138,16 +138,8 @@ class Resources(object):
     )
 
 
-    def __init__(self, scalars={
-    }, ranges={
-    },):
-        if scalars is self.thrift_spec[1][4]:
-            scalars = {
-            }
+    def __init__(self, scalars=None, ranges=None,):
         self.scalars = scalars
-        if ranges is self.thrift_spec[2][4]:
-            ranges = {
-            }
         self.ranges = ranges
 
     def read(self, iprot):
@@ -389,15 +381,11 @@ class AgentInfo(object):
     )
 
 
-    def __init__(self, agent_id="", hostname=None, port=None, resources=None, attributes={
-    },):
+    def __init__(self, agent_id="", hostname=None, port=None, resources=None, attributes=None,):
         self.agent_id = agent_id
         self.hostname = hostname
         self.port = port
         self.resources = resources
-        if attributes is self.thrift_spec[5][4]:
-            attributes = {
-            }
         self.attributes = attributes
 
     def read(self, iprot):
@@ -524,21 +512,13 @@ class Offer(object):
     )
 
 
-    def __init__(self, offer_id=None, framework_id=None, agent_id=None, hostname=None, resources=None, attributes={
-    }, executor_ids=[
-    ],):
+    def __init__(self, offer_id=None, framework_id=None, agent_id=None, hostname=None, resources=None, attributes=None, executor_ids=None,):
         self.offer_id = offer_id
         self.framework_id = framework_id
         self.agent_id = agent_id
         self.hostname = hostname
         self.resources = resources
-        if attributes is self.thrift_spec[6][4]:
-            attributes = {
-            }
         self.attributes = attributes
-        if executor_ids is self.thrift_spec[7][4]:
-            executor_ids = [
-            ]
         self.executor_ids = executor_ids
 
     def read(self, iprot):
@@ -685,18 +665,10 @@ class CommandInfo(object):
     )
 
 
-    def __init__(self, value=None, arguments=[
-    ], shell=True, environment={
-    },):
+    def __init__(self, value=None, arguments=None, shell=True, environment=None,):
         self.value = value
-        if arguments is self.thrift_spec[2][4]:
-            arguments = [
-            ]
         self.arguments = arguments
         self.shell = shell
-        if environment is self.thrift_spec[4][4]:
-            environment = {
-            }
         self.environment = environment
 
     def read(self, iprot):
@@ -941,8 +913,7 @@ class TaskInfo(object):
     )
 
 
-    def __init__(self, task_id=None, name="", agent_id=None, resources=None, command=None, executor=None, data=None, labels={
-    },):
+    def __init__(self, task_id=None, name="", agent_id=None, resources=None, command=None, executor=None, data=None, labels=None,):
         self.task_id = task_id
         self.name = name
         self.agent_id = agent_id
@@ -950,9 +921,6 @@ class TaskInfo(object):
         self.command = command
         self.executor = executor
         self.data = data
-        if labels is self.thrift_spec[8][4]:
-            labels = {
-            }
         self.labels = labels
 
     def read(self, iprot):
@@ -1550,10 +1518,8 @@ Range.thrift_spec = (
 all_structs.append(Resources)
 Resources.thrift_spec = (
     None,  # 0
-    (1, TType.MAP, 'scalars', (TType.STRING, 'UTF8', TType.I64, None, False), {
-    }, ),  # 1
-    (2, TType.MAP, 'ranges', (TType.STRING, 'UTF8', TType.LIST, (TType.STRUCT, [Range, None], False), False), {
-    }, ),  # 2
+    (1, TType.MAP, 'scalars', (TType.STRING, 'UTF8', TType.I64, None, False), None, ),  # 1
+    (2, TType.MAP, 'ranges', (TType.STRING, 'UTF8', TType.LIST, (TType.STRUCT, [Range, None], False), False), None, ),  # 2
 )
 all_structs.append(FrameworkInfo)
 FrameworkInfo.thrift_spec = (
@@ -1572,8 +1538,7 @@ AgentInfo.thrift_spec = (
     (2, TType.STRING, 'hostname', 'UTF8', None, ),  # 2
     (3, TType.I32, 'port', None, None, ),  # 3
     (4, TType.STRUCT, 'resources', [Resources, None], None, ),  # 4
-    (5, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), {
-    }, ),  # 5
+    (5, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 5
 )
 all_structs.append(Offer)
 Offer.thrift_spec = (
@@ -1583,20 +1548,16 @@ Offer.thrift_spec = (
     (3, TType.STRING, 'agent_id', 'UTF8', None, ),  # 3
     (4, TType.STRING, 'hostname', 'UTF8', None, ),  # 4
     (5, TType.STRUCT, 'resources', [Resources, None], None, ),  # 5
-    (6, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), {
-    }, ),  # 6
-    (7, TType.LIST, 'executor_ids', (TType.STRING, 'UTF8', False), [
-    ], ),  # 7
+    (6, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 6
+    (7, TType.LIST, 'executor_ids', (TType.STRING, 'UTF8', False), None, ),  # 7
 )
 all_structs.append(CommandInfo)
 CommandInfo.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'value', 'UTF8', None, ),  # 1
-    (2, TType.LIST, 'arguments', (TType.STRING, 'UTF8', False), [
-    ], ),  # 2
+    (2, TType.LIST, 'arguments', (TType.STRING, 'UTF8', False), None, ),  # 2
     (3, TType.BOOL, 'shell', None, True, ),  # 3
-    (4, TType.MAP, 'environment', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), {
-    }, ),  # 4
+    (4, TType.MAP, 'environment', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 4
 )
 all_structs.append(ExecutorInfo)
 ExecutorInfo.thrift_spec = (
@@ -1617,8 +1578,7 @@ TaskInfo.thrift_spec = (
     (5, TType.STRUCT, 'command', [CommandInfo, None], None, ),  # 5
     (6, TType.STRUCT, 'executor', [ExecutorInfo, None], None, ),  # 6
     (7, TType.STRING, 'data', 'BINARY', None, ),  # 7
-    (8, TType.MAP, 'labels', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), {
-    }, ),  # 8
+    (8, TType.MAP, 'labels', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 8
 )
 all_structs.append(TaskStatus)
 TaskStatus.thrift_spec = (
