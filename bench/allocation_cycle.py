@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 import time

@@ -19,7 +19,6 @@ line per second shows what each holds; at the end a summary says what each got.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
