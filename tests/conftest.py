@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 import pytest
 
 import mezzo
-from mezzo.testing import LocalProcessCluster
+from mezzo.testing import LocalProcessCluster, wait_for  # noqa: F401  (re-exported for tests)
 
 
 @pytest.fixture
@@ -45,16 +44,6 @@ def drivers():
             d.stop()
         except Exception:
             pass
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail the test naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 class Recorder(mezzo.Scheduler):

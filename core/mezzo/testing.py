@@ -27,11 +27,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .hookspecs import AllocationCycle
 from .resources import Resources
 from .state_client import MasterUnreachable, fetch_state
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
+             interval: float = 0.01) -> Any:
+    """Poll ``predicate`` until it returns something truthy and return that; raise
+    ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
 
 
 def free_port() -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import mezzo
 from mezzo import rpc
 from mezzo.services import AGENT, EXECUTOR, MASTER, SCHEDULER
+from mezzo.testing import wait_for
 
 
 def wait_count(get: Callable[[], list], count: int, timeout: float, what: str) -> list:
@@ -31,14 +32,7 @@ def wait_count(get: Callable[[], list], count: int, timeout: float, what: str) -
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; return that or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.005)
+    return wait_for(predicate, timeout, what, interval=0.005)
 
 
 class PeerLoop:
