@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping
 
 import pluggy
 
@@ -154,15 +154,12 @@ class AllocationCycle(abc.ABC):
         refuse filters, then each offer filter once. The reason for a False is
         recorded by the master (for the state output), not returned."""
 
-    def refusing(self, agent_id: str) -> "frozenset[str] | set[str]":
-        """Frameworks whose refuse filters cover what is free on ``agent_id`` now.
-
-        A hint for allocators that have walked past many refusing frameworks for one
-        agent: skipping members of this set by membership is much cheaper than asking
-        ``may_offer`` for each. It costs O(refusals of the agent) to build, so ask for
-        it only after a few refusals. ``may_offer`` stays the authority for everything
-        else (filters, connection). Default: empty (no hint).
-        """
+    def refusing(self, agent_id: str) -> "Collection[str]":
+        """The frameworks whose refuse filters (from declines) cover what is free on
+        ``agent_id`` now: ``may_offer`` would say no to each. Cheap (no copy), so an
+        allocator can skip them by membership before calling ``may_offer``, which stays
+        the authority for everything else (persistent filters, offer filter
+        components, connection). Default: empty."""
         return frozenset()
 
     @abc.abstractmethod

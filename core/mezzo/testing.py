@@ -213,8 +213,8 @@ class LocalProcessCluster:
 
 class ScriptedCycle(AllocationCycle):
     """An allocation cycle for allocator unit tests: ``free`` maps agent ids to their
-    free resources, ``refused`` holds (framework id, agent id) pairs ``may_offer``
-    says no to. ``offer`` behaves like the master's: it empties the agent and calls
+    free resources, ``refused`` holds (framework id, agent id) pairs that refuse
+    filters rule out (``may_offer`` says no, ``refusing`` lists them). ``offer`` behaves like the master's: it empties the agent and calls
     ``allocator.allocated`` before returning. ``offers`` and ``asked`` record what
     happened, in order.
     """
@@ -223,6 +223,9 @@ class ScriptedCycle(AllocationCycle):
         self.allocator = allocator
         self._free = dict(free)
         self.refused = set(refused)
+        self._refusing: dict[str, set[str]] = {}
+        for f, a in self.refused:
+            self._refusing.setdefault(a, set()).add(f)
         self.offers: list[tuple[str, str]] = []
         self.asked: list[tuple[str, str]] = []
 
@@ -237,7 +240,7 @@ class ScriptedCycle(AllocationCycle):
         return bool(self._free[agent_id]) and (framework_id, agent_id) not in self.refused
 
     def refusing(self, agent_id):
-        return {f for f, a in self.refused if a == agent_id}
+        return self._refusing.get(agent_id, frozenset())
 
     def offer(self, framework_id, agent_id):
         res = self._free[agent_id]

@@ -30,9 +30,6 @@ from .records import OfferRecord
 if TYPE_CHECKING:
     from .master import Master
 
-REFUSED = "refused recently (decline filter)"
-
-
 class Cycle(AllocationCycle):
     """One allocation cycle over the master's state at loop time ``now``.
 
@@ -46,8 +43,6 @@ class Cycle(AllocationCycle):
         self._now = now
         self.made: dict[str, list[OfferRecord]] = defaultdict(list)
         self.skips: Counter[tuple[str, str]] = Counter()
-        self.refused: dict[str, int] = {}
-        """Per framework: candidates skipped because of its refuse filters."""
         self.fully_refused_agents = 0
         self._agent_id: str | None = None
         self._agent = None
@@ -61,7 +56,7 @@ class Cycle(AllocationCycle):
         for a in m.agents.values():
             if not a.connected or not a.free:
                 continue
-            if refusals.refused_by_all(a.id, a.free, n_frameworks):
+            if refusals.refused_by_all(a.id, n_frameworks):
                 self.fully_refused_agents += 1
                 continue
             ids.append(a.id)
@@ -85,8 +80,7 @@ class Cycle(AllocationCycle):
         refusals = self._agent_refusals
         if refusals is not None:
             entry = refusals.get(framework_id)
-            if entry is not None and entry[0] > self._now and agent.free.fits_in(entry[1]):
-                self.refused[framework_id] = self.refused.get(framework_id, 0) + 1
+            if entry is not None and entry[0] > self._now:
                 return False
         m = self._m
         framework = m.frameworks.get(framework_id)
@@ -105,14 +99,10 @@ class Cycle(AllocationCycle):
                 return False
         return True
 
-    def refusing(self, agent_id: str) -> set[str]:
-        agent = self._m.agents.get(agent_id)
-        refusals = self._m.refusals.of_agent(agent_id)
-        if agent is None or not refusals:
-            return set()
-        free, now = agent.free, self._now
-        return {fid for fid, (until, refused) in refusals.items()
-                if until > now and (refused is free or free.fits_in(refused))}
+    def refusing(self, agent_id: str):
+        # Every refusal held covers the agent's free pool and expired ones were
+        # dropped at the start of the cycle, so the agent's refusal dict is the answer.
+        return self._m.refusals.of_agent(agent_id) or frozenset()
 
     def offer(self, framework_id: str, agent_id: str) -> None:
         m = self._m
@@ -127,10 +117,9 @@ class Cycle(AllocationCycle):
         self.made[framework_id].append(offer)
 
     def reasons(self) -> dict[str, dict[str, int]]:
-        """Per framework, why candidates were not offered, with counts (for ``mezzo state``)."""
+        """Per framework, why candidates were not offered, with counts (for ``mezzo state``).
+        Refuse filters are not counted here: the state shows them directly."""
         out: dict[str, dict[str, int]] = {}
-        for fid, n in self.refused.items():
-            out.setdefault(fid, {})[REFUSED] = n
         for (fid, reason), n in self.skips.items():
             out.setdefault(fid, {})[reason] = n
         return out

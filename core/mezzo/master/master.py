@@ -217,9 +217,16 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         if framework is not None:
             self.allocator.recovered(offer.framework_id, unused)
         if agent is not None and unused:
-            agent.free = agent.free + unused
+            self._free_up(agent, unused)
             if framework is not None and refuse_seconds > 0:
-                self.refusals.add(framework.id, agent.id, unused, self.now + refuse_seconds)
+                self.refusals.add(framework.id, agent.id, unused, self.now + refuse_seconds, agent.free)
+
+    def _free_up(self, agent: AgentRecord, resources: Resources) -> None:
+        """Put ``resources`` back in the agent's free pool; refusals that no longer
+        cover the pool lapse (the invariant of :mod:`.refusals`)."""
+        if resources:
+            agent.free = agent.free + resources
+            self.refusals.free_grew(agent.id, agent.free)
 
     def _refuse_seconds(self, filters: Filters | None) -> float:
         value = getattr(filters, "refuse_seconds", None)

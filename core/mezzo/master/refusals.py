@@ -2,24 +2,32 @@
 for N seconds" (paper §3.5; 5 s by default).
 
 A decline, the unused part of an accepted offer and a timed-out offer each leave
-one. A refusal covers the resources that were refused: if more becomes free on the
-agent than was refused, the agent is offered again at once (Apache Mesos behaves
-the same way), so a refusal never hides resources the framework never saw.
+one. A refusal covers the resources that were refused: once more is free on the
+agent than a framework refused, that framework may be offered the agent again at
+once (Apache Mesos behaves the same way), so a refusal never hides resources the
+framework never saw.
 
-Refusals are indexed by agent because the allocation cycle works agent by agent:
-for one agent it asks about many frameworks. Two questions must be cheap:
+The allocation cycle asks about refusals for every candidate (agent, framework)
+pair, so the answer must not cost a resource comparison each time. The store keeps
+one invariant instead: **every refusal it holds covers what is free on its agent**.
+The master reports each growth of an agent's free pool (:meth:`free_grew`) and
+the refusals it no longer fits in lapse there and then; free pools that shrink
+(an offer, a launch) keep every refusal valid. Then:
 
-- does framework F refuse what is free on agent A? (one dict look-up);
-- does *every* framework refuse it? Then the agent is left out of the cycle in
-  O(1) instead of being checked against each framework. That is the steady state
-  of Apache Mesos' ``DeclineOffers`` benchmark (every framework declines every
-  agent for good), and of any cluster whose frameworks have all they want. For it
-  each agent keeps the intersection of its refusals: the free resources are refused
-  by all when there is a refusal per framework and the free part fits in it.
+- "does F refuse agent A?" is a dict look-up plus an expiry check;
+- "which frameworks refuse A?" is the agent's dict itself (an allocator that has
+  walked past many refusers switches to membership tests against it);
+- "does every framework refuse A?" is a length check, so an agent that all
+  frameworks declined leaves the cycle in O(1). That is the steady state of
+  Apache Mesos' ``DeclineOffers`` benchmark and of any cluster whose frameworks
+  have all they want.
 
-Expired refusals are dropped in bulk by :meth:`RefuseFilters.expire` (the master
-calls it at the start of every cycle) and the earliest expiry is exposed so the
-master can run an allocation exactly when resources become offerable again.
+To keep :meth:`free_grew` O(1) in the common case, each agent also keeps the
+intersection of its refusals: a free pool that fits in it fits in all of them.
+
+Expired refusals are dropped in bulk by :meth:`expire` (the master calls it at the
+start of every cycle) and the earliest expiry is exposed so the master can run an
+allocation exactly when resources become offerable again.
 """
 
 from __future__ import annotations
@@ -39,20 +47,17 @@ class _AgentRefusals:
         self.by_framework: dict[str, tuple[float, Resources]] = {}
         self._common: Resources | None = None
 
-    def add(self, framework_id: str, until: float, resources: Resources) -> None:
-        prev = self.by_framework.get(framework_id)
-        if prev is not None:
-            # A second refusal of the same agent widens the first: both were declined.
-            resources = prev[1] + resources
-            until = max(until, prev[0])
-            self._common = None  # a widened refusal can widen the intersection
-        elif self._common is not None or not self.by_framework:
-            self._common = resources if not self.by_framework else self._common.intersection(resources)
+    def put(self, framework_id: str, until: float, resources: Resources) -> None:
+        first = not self.by_framework
         self.by_framework[framework_id] = (until, resources)
+        if first:
+            self._common = resources
+        elif self._common is not None:
+            self._common = self._common.intersection(resources)
 
     def remove(self, framework_id: str) -> None:
         if self.by_framework.pop(framework_id, None) is not None:
-            self._common = None
+            self._common = None  # recomputed when next needed
 
     def common(self) -> Resources:
         """What every refusal of this agent covers."""
@@ -66,7 +71,7 @@ class _AgentRefusals:
 
 
 class RefuseFilters:
-    """Active refusals, indexed by agent and by framework."""
+    """Active refusals, indexed by agent and by framework. See the module docstring."""
 
     __slots__ = ("_by_agent", "_by_framework", "_expiries", "_count")
 
@@ -79,59 +84,78 @@ class RefuseFilters:
     def __len__(self) -> int:
         return self._count
 
-    def add(self, framework_id: str, agent_id: str, resources: Resources, until: float) -> None:
-        """Refuse ``resources`` of ``agent_id`` for ``framework_id`` until loop time ``until``."""
+    def add(self, framework_id: str, agent_id: str, resources: Resources, until: float,
+            free: Resources) -> None:
+        """Refuse ``resources`` of ``agent_id`` for ``framework_id`` until loop time
+        ``until``; ``free`` is the agent's free pool now (with ``resources`` back in
+        it). A second refusal of the same agent widens the first (both were declined).
+        A refusal that does not cover ``free`` is not kept: more is free than the
+        framework saw, so it may be offered the agent again."""
         if not math.isfinite(until):
             until = math.inf
         agent = self._by_agent.get(agent_id)
+        prev = agent.by_framework.get(framework_id) if agent is not None else None
+        if prev is not None:
+            resources = prev[1] + resources
+            until = max(until, prev[0])
+        if not free.fits_in(resources):
+            if prev is not None:
+                self._remove(framework_id, agent_id)
+            return
         if agent is None:
             agent = self._by_agent[agent_id] = _AgentRefusals()
-        if framework_id not in agent.by_framework:
+        if prev is None:
             self._count += 1
-        agent.add(framework_id, until, resources)
-        self._by_framework.setdefault(framework_id, set()).add(agent_id)
+            self._by_framework.setdefault(framework_id, set()).add(agent_id)
+        else:
+            agent.remove(framework_id)
+        agent.put(framework_id, until, resources)
         if until != math.inf:
             heapq.heappush(self._expiries, (until, framework_id, agent_id))
 
+    def free_grew(self, agent_id: str, free: Resources) -> None:
+        """The agent's free pool grew to ``free``: refusals it no longer fits in lapse."""
+        agent = self._by_agent.get(agent_id)
+        if agent is None or free.fits_in(agent.common()):
+            return
+        for fid, (_, refused) in list(agent.by_framework.items()):
+            if not free.fits_in(refused):
+                self._remove(fid, agent_id)
+
     def of_agent(self, agent_id: str) -> dict[str, tuple[float, Resources]] | None:
         """The agent's refusals (framework id -> (until, resources)), for tight loops.
-        Read-only; may include entries expired since the last :meth:`expire`."""
+        Read-only; entries may have expired since the last :meth:`expire`."""
         agent = self._by_agent.get(agent_id)
         return agent.by_framework if agent is not None else None
 
-    def refuses(self, framework_id: str, agent_id: str, free: Resources, now: float) -> bool:
-        """True when ``free`` on the agent is still covered by an unexpired refusal."""
+    def refuses(self, framework_id: str, agent_id: str, now: float) -> bool:
+        """True when the framework refuses what is free on the agent at loop time ``now``."""
         agent = self._by_agent.get(agent_id)
-        if agent is None:
-            return False
-        entry = agent.by_framework.get(framework_id)
-        return entry is not None and entry[0] > now and free.fits_in(entry[1])
+        entry = agent.by_framework.get(framework_id) if agent is not None else None
+        return entry is not None and entry[0] > now
 
-    def refused_by_all(self, agent_id: str, free: Resources, frameworks: int) -> bool:
-        """True when ``frameworks`` distinct frameworks refuse all of ``free``.
+    def agents_refused_by(self, framework_id: str) -> int:
+        """How many agents the framework refuses now (for ``mezzo state``)."""
+        return len(self._by_framework.get(framework_id, ()))
 
-        Exact when called right after :meth:`expire` with the number of registered
-        frameworks (refusals of frameworks that left are cleared with them)."""
+    def refused_by_all(self, agent_id: str, frameworks: int) -> bool:
+        """True when ``frameworks`` distinct frameworks refuse the agent. Exact right
+        after :meth:`expire` with the number of registered frameworks (refusals of
+        frameworks that left are cleared with them)."""
         agent = self._by_agent.get(agent_id)
-        if agent is None or len(agent.by_framework) < frameworks or frameworks == 0:
-            return False
-        return free.fits_in(agent.common())
+        return agent is not None and frameworks > 0 and len(agent.by_framework) >= frameworks
 
     def clear_framework(self, framework_id: str) -> None:
         """Drop every refusal of a framework (revive, removal)."""
-        for agent_id in self._by_framework.pop(framework_id, ()):
+        for agent_id in list(self._by_framework.get(framework_id, ())):
             self._remove(framework_id, agent_id)
 
     def clear_agent(self, agent_id: str) -> None:
         """Drop every refusal of an agent (agent removed)."""
-        agent = self._by_agent.pop(agent_id, None)
-        if agent is None:
-            return
-        for fid in agent.by_framework:
-            self._count -= 1
-            agents = self._by_framework.get(fid)
-            if agents is not None:
-                agents.discard(agent_id)
+        agent = self._by_agent.get(agent_id)
+        if agent is not None:
+            for fid in list(agent.by_framework):
+                self._remove(fid, agent_id)
 
     def expire(self, now: float) -> int:
         """Drop refusals whose time is up; return how many were dropped."""
@@ -143,11 +167,6 @@ class RefuseFilters:
             entry = agent.by_framework.get(fid) if agent is not None else None
             if entry is not None and entry[0] <= now:
                 self._remove(fid, aid)
-                agents = self._by_framework.get(fid)
-                if agents is not None:
-                    agents.discard(aid)
-                    if not agents:
-                        del self._by_framework[fid]
                 dropped += 1
         return dropped
 
@@ -163,3 +182,8 @@ class RefuseFilters:
         self._count -= 1
         if not agent.by_framework:
             del self._by_agent[agent_id]
+        agents = self._by_framework.get(framework_id)
+        if agents is not None:
+            agents.discard(agent_id)
+            if not agents:
+                del self._by_framework[framework_id]

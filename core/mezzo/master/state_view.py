@@ -64,6 +64,7 @@ def snapshot(master: "Master") -> dict[str, Any]:
                     "agents": sorted(f.agent_whitelist) if f.agent_whitelist is not None else None,
                     "min_free": f.min_free.to_dict() if f.min_free else None,
                 },
+                "agents_refused": master.refusals.agents_refused_by(f.id),
                 "not_offered_last_cycle": master.last_cycle.get("not_offered", {}).get(f.id, {}),
             }
             for f in master.frameworks.values()

@@ -65,9 +65,9 @@ class TaskCalls:
                    refuse: float) -> None:
         self.allocator.recovered(record.id, resources)
         if agent is not None and resources:
-            agent.free = agent.free + resources
+            self._free_up(agent, resources)
             if refuse > 0:
-                self.refusals.add(record.id, agent.id, resources, self.now + refuse)
+                self.refusals.add(record.id, agent.id, resources, self.now + refuse, agent.free)
 
     def _start_task(self, record: FrameworkRecord, agent: AgentRecord, accepted: launch_rules.Accepted) -> None:
         task = accepted.task
@@ -169,14 +169,14 @@ class TaskCalls:
             framework.tasks.pop(task.id, None)
             self.allocator.recovered(task.framework_id, task.resources)
         if agent is not None and agent.tasks.pop((task.framework_id, task.id), None) is not None:
-            agent.free = agent.free + task.resources
+            self._free_up(agent, task.resources)
 
     def _release_executor(self, agent: AgentRecord, key: tuple[str, str]) -> None:
         executor = agent.executors.pop(key, None)
         if executor is None:
             return
         resources = Resources.of(executor.resources)
-        agent.free = agent.free + resources
+        self._free_up(agent, resources)
         if key[0] in self.frameworks:
             self.allocator.recovered(key[0], resources)
 

@@ -46,10 +46,6 @@ if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
 
 
-HINT_AFTER = 16
-"""Refusals of one agent after which the walk switches to ``cycle.refusing``."""
-
-
 class DRFAllocator(Allocator):
     """Weighted DRF over an incrementally sorted framework order. See the module docstring.
 
@@ -115,32 +111,27 @@ class DRFAllocator(Allocator):
     def allocate(self, cycle: AllocationCycle) -> None:
         """Offer each agent to the first framework in key order that the master allows.
 
-        This is the hot loop of a cycle (agents × frameworks refused by filters), so it
-        does little per skipped framework: one ``may_offer`` call, and once an agent has
-        been refused by ``HINT_AFTER`` frameworks, a set-membership test against
-        ``cycle.refusing(agent)`` instead (an agent that most frameworks declined would
-        otherwise cost a ``may_offer`` call per framework). The order is the sorter's
-        live list, and ``cycle.offer`` re-positions the chosen framework (through
-        :meth:`allocated`) before the next agent is walked. Iteration stops right after
-        an offer, so the list moving under it is harmless.
+        This is the hot loop of a cycle (agents × frameworks refused by filters), so a
+        framework that declined the agent costs one set-membership test against
+        ``cycle.refusing(agent)``, and only the others a ``may_offer`` call. The order is
+        the sorter's live list, and ``cycle.offer`` re-positions the chosen framework
+        (through :meth:`allocated`) before the next agent is walked. Iteration stops
+        right after an offer, so the list moving under it is harmless.
         """
         order = self._sorter.order()  # re-sorts here, once, if agents came or went
         if not order:
             return
         may_offer = cycle.may_offer
         offer = cycle.offer
+        refusing = cycle.refusing
         for agent_id in cycle.agents():
-            refused = 0
-            refusing: frozenset[str] | set[str] = frozenset()
+            refused = refusing(agent_id)
             for fid in order:
-                if fid in refusing:
+                if fid in refused:
                     continue
                 if may_offer(fid, agent_id):
                     offer(fid, agent_id)
                     break
-                refused += 1
-                if refused == HINT_AFTER:
-                    refusing = cycle.refusing(agent_id)
 
     # -- reading ------------------------------------------------------------
 
