@@ -41,8 +41,11 @@ class FrameworkCalls:
         if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
             scheduler.error(f"register_framework: failover_timeout {timeout!r} must be a finite number >= 0")
             return
-        framework.role = framework.role or "*"
+        framework.role = framework.role if isinstance(framework.role, str) and framework.role else "*"
         fid = framework.framework_id
+        if isinstance(conn.tag, FrameworkTag) and conn.tag.framework_id != fid:
+            scheduler.error(f"register_framework: this connection is already framework {conn.tag.framework_id}")
+            return
         existing = self.frameworks.get(fid) if fid else None
         if existing is not None:
             self._reattach_framework(existing, conn, framework)
