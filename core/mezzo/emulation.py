@@ -1,0 +1,250 @@
+"""Emulated agents: many agents in one process, speaking the real protocol.
+
+For the scale and failover benchmarks (the paper's 50,000-node experiment runs
+on one machine): each :class:`EmulatedAgent` has its own connection to the
+master, its own id and resources, registers and re-registers like a real agent,
+and reports status updates that it retries until acknowledged. Tasks do not run:
+a task "runs" for ``labels["duration"]`` seconds (or the N of a ``sleep N``
+command; otherwise it finishes at once) on an event-loop timer. Nothing in the
+master can tell these agents from real ones.
+
+Usage::
+
+    pool = EmulatedAgentPool("127.0.0.1:5050", count=10_000, resources="cpus:4;mem:8192")
+    await pool.start()                  # dial and register every agent
+    await pool.wait_registered(timeout=60)
+    ...
+    await pool.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+import uuid
+from typing import Any
+
+import structlog
+
+from .resources import Resources
+from .rpc import Connection, connect, parse_address
+from .services import AGENT, MASTER
+from .wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus
+
+log = structlog.get_logger("mezzo.emulation", component="emulated-agent")
+
+_SLEEP = re.compile(r"^\s*sleep\s+([0-9.]+)\s*$")
+RETRY_SECONDS = 2.0
+"""Unacknowledged status updates are sent again after this long."""
+
+
+def task_duration(task: TaskInfo) -> float:
+    """How long an emulated task runs: ``labels["duration"]``, else ``sleep N``, else 0."""
+    labels = task.labels or {}
+    if "duration" in labels:
+        try:
+            return max(0.0, float(labels["duration"]))
+        except ValueError:
+            return 0.0
+    if task.command is not None and isinstance(task.command.value, str):
+        m = _SLEEP.match(task.command.value)
+        if m:
+            return float(m.group(1))
+    return 0.0
+
+
+class EmulatedAgent:
+    """One emulated agent; the handler of its connection's ``Agent`` service."""
+
+    def __init__(self, pool: "EmulatedAgentPool", index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.agent_id = ""
+        self.conn: Connection | None = None
+        self.is_registered = False
+        self.tasks: dict[tuple[str, str], TaskInfo] = {}
+        self.latest: dict[tuple[str, str], TaskStatus] = {}
+        self.unacked: dict[tuple[str, str], TaskStatus] = {}
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+
+    def info(self) -> AgentInfo:
+        return AgentInfo(agent_id=self.agent_id, hostname=f"emulated-{self.index}", port=5051,
+                         resources=self.pool.resources, attributes={"emulated": "true"})
+
+    # -- connection ------------------------------------------------------
+
+    async def dial(self) -> None:
+        host, port = self.pool.master
+        self.conn = await connect(host, port, AGENT, self)
+        master = self.conn.remote(MASTER)
+        if not self.agent_id:
+            master.register_agent(self.info())
+        else:
+            running = [RunningTask(framework_id=f, task=t, latest=self.latest.get((f, t.task_id)))
+                       for (f, _), t in self.tasks.items()]
+            master.reregister_agent(self.info(), running, [])
+
+    def connection_lost(self, conn: Connection) -> None:
+        if conn is not self.conn:
+            return
+        self.conn = None
+        if self.is_registered:
+            self.is_registered = False
+            self.pool._registered -= 1
+        if not self.pool.stopping:
+            self.pool.redial(self)
+
+    # -- Agent service ---------------------------------------------------
+
+    def registered(self, conn: Connection, agent_id: str) -> None:
+        self._on_registered(agent_id)
+
+    def reregistered(self, conn: Connection, agent_id: str) -> None:
+        self._on_registered(agent_id)
+
+    def _on_registered(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        if not self.is_registered:
+            self.is_registered = True
+            self.pool._registered += 1
+        self.pool.on_registered(self)
+        for status in list(self.unacked.values()):
+            self._send(status)
+
+    def run_task(self, conn: Connection, framework: Any, task: TaskInfo) -> None:
+        fid = framework.framework_id
+        key = (fid, task.task_id)
+        if key in self.tasks:
+            return
+        self.tasks[key] = task
+        self._update(fid, task, TaskState.TASK_RUNNING)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(task_duration(task), self._finish, key, TaskState.TASK_FINISHED)
+
+    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
+        key = (framework_id, task_id)
+        if key in self.tasks:
+            self._finish(key, TaskState.TASK_KILLED)
+
+    def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
+        for key in [k for k in self.tasks if k[0] == framework_id]:
+            self._finish(key, TaskState.TASK_KILLED)
+
+    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str,
+                                   uuid_: str) -> None:
+        key = (framework_id, task_id)
+        pending = self.unacked.get(key)
+        if pending is not None and pending.uuid == uuid_:
+            del self.unacked[key]
+            if key not in self.tasks:
+                self.latest.pop(key, None)
+
+    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+        pass  # emulated agents run no executors
+
+    def error(self, conn: Connection, message: str) -> None:
+        log.error("master refused an emulated agent", agent=self.index, message=message)
+
+    # -- tasks -----------------------------------------------------------
+
+    def _finish(self, key: tuple[str, str], state: int) -> None:
+        task = self.tasks.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        if task is not None:
+            self._update(key[0], task, state)
+
+    def _update(self, framework_id: str, task: TaskInfo, state: int) -> None:
+        status = TaskStatus(task_id=task.task_id, state=state, source="agent", agent_id=self.agent_id,
+                            framework_id=framework_id, uuid=uuid.uuid4().hex, timestamp=time.time())
+        key = (framework_id, task.task_id)
+        self.latest[key] = status
+        # Updates of one task are sent in order; an emulated task has at most two, and the
+        # newer replaces the older in the retry set (the terminal one is what matters).
+        self.unacked[key] = status
+        self._send(status)
+
+    def _send(self, status: TaskStatus) -> None:
+        if self.conn is not None and self.is_registered:
+            self.conn.remote(MASTER).status_update(status)
+            self.pool.updates_sent += 1
+
+
+class EmulatedAgentPool:
+    """``count`` emulated agents dialling ``master``; see the module docstring."""
+
+    def __init__(self, master: str, count: int, resources: str = "cpus:4;mem:8192",
+                 *, dial_concurrency: int = 200, redial_interval: float = 0.5) -> None:
+        self.master = parse_address(master, 5050)
+        self.resources = Resources.parse(resources)
+        self.agents = [EmulatedAgent(self, i) for i in range(count)]
+        self.dial_concurrency = dial_concurrency
+        self.redial_interval = redial_interval
+        self.stopping = False
+        self.updates_sent = 0
+        self._registered = 0
+        self._all_registered: asyncio.Event | None = None
+        self._retry_task: asyncio.Task | None = None
+        self._redials: set[asyncio.Task] = set()
+
+    @property
+    def registered_count(self) -> int:
+        return self._registered
+
+    async def start(self) -> None:
+        """Dial every agent, ``dial_concurrency`` at a time; registration completes later."""
+        self._all_registered = asyncio.Event()
+        sem = asyncio.Semaphore(self.dial_concurrency)
+
+        async def dial(agent: EmulatedAgent) -> None:
+            async with sem:
+                await agent.dial()
+
+        await asyncio.gather(*(dial(a) for a in self.agents))
+        self._retry_task = asyncio.get_running_loop().create_task(self._retry_loop())
+
+    def on_registered(self, agent: EmulatedAgent) -> None:
+        if self._all_registered is not None and not self._all_registered.is_set():
+            if self.registered_count == len(self.agents):
+                self._all_registered.set()
+
+    async def wait_registered(self, timeout: float) -> None:
+        assert self._all_registered is not None, "start() first"
+        await asyncio.wait_for(self._all_registered.wait(), timeout)
+
+    def redial(self, agent: EmulatedAgent) -> None:
+        async def again() -> None:
+            while not self.stopping:
+                await asyncio.sleep(self.redial_interval)
+                try:
+                    await agent.dial()
+                    return
+                except OSError:
+                    continue
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._redials.add(task)
+        task.add_done_callback(self._redials.discard)
+
+    async def _retry_loop(self) -> None:
+        for _ in itertools.count():
+            await asyncio.sleep(RETRY_SECONDS)
+            now = time.time()
+            for agent in self.agents:
+                for status in list(agent.unacked.values()):
+                    if now - status.timestamp >= RETRY_SECONDS:
+                        agent._send(status)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for t in [self._retry_task, *self._redials]:
+            if t is not None:
+                t.cancel()
+        for agent in self.agents:
+            for timer in agent._timers.values():
+                timer.cancel()
+            if agent.conn is not None:
+                agent.conn.close()
