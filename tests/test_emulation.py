@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.emulation import EmulatedAgentPool
@@ -40,10 +42,11 @@ class Spread(mezzo.Scheduler):
                 self.done.set()
 
 
-def test_emulated_agents_register_and_run_tasks(make_cluster, drivers):
+@pytest.mark.parametrize("per_connection", [1, 10])
+def test_emulated_agents_register_and_run_tasks(make_cluster, drivers, per_connection):
     cluster = make_cluster(0, master={"allocation_interval": 0.01})
     n = 50
-    pool = EmulatedAgentPool(cluster.master, n, "cpus:2;mem:1024")
+    pool = EmulatedAgentPool(cluster.master, n, "cpus:2;mem:1024", agents_per_connection=per_connection)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -57,7 +60,12 @@ def test_emulated_agents_register_and_run_tasks(make_cluster, drivers):
         drivers(sched, "spread", cluster.master)
         assert sched.done.wait(30), f"{len(sched.finished)} of {n} finished"
         wait_for(lambda: all(not a.unacked for a in pool.agents), 10, "every update to be acknowledged")
-        assert cluster.state()["tasks"] == []
+        state = cluster.state()
+        assert state["tasks"] == []
+        # Each task ran on the agent it was launched on, whichever connection carried it.
+        done = {t["id"]: t["agent_id"] for t in state["completed_tasks"]}
+        by_host = {a["hostname"]: a["id"] for a in state["agents"]}
+        assert all(done[f"on-{host}"] == aid for host, aid in by_host.items())
     finally:
         asyncio.run_coroutine_threadsafe(pool.stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

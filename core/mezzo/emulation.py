@@ -8,9 +8,14 @@ a task "runs" for ``labels["duration"]`` seconds (or the N of a ``sleep N``
 command; otherwise it finishes at once) on an event-loop timer. Nothing in the
 master can tell these agents from real ones.
 
+A process may hold only so many sockets (20,000 here), so agents can share a
+connection (``agents_per_connection``): the master accepts several agents on one
+connection, each call naming its agent (see ``docs/protocol.md``).
+
 Usage::
 
-    pool = EmulatedAgentPool("127.0.0.1:5050", count=10_000, resources="cpus:4;mem:8192")
+    pool = EmulatedAgentPool("127.0.0.1:5050", count=10_000, resources="cpus:4;mem:8192",
+                             agents_per_connection=10)
     await pool.start()                  # dial and register every agent
     await pool.wait_registered(timeout=60)
     ...
@@ -20,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import time
 import uuid
@@ -56,13 +60,13 @@ def task_duration(task: TaskInfo) -> float:
 
 
 class EmulatedAgent:
-    """One emulated agent; the handler of its connection's ``Agent`` service."""
+    """One emulated agent: its identity, its tasks and its unacknowledged updates."""
 
     def __init__(self, pool: "EmulatedAgentPool", index: int) -> None:
         self.pool = pool
         self.index = index
         self.agent_id = ""
-        self.conn: Connection | None = None
+        self.link: "_AgentConnection | None" = None
         self.is_registered = False
         self.tasks: dict[tuple[str, str], TaskInfo] = {}
         self.latest: dict[tuple[str, str], TaskStatus] = {}
@@ -73,12 +77,7 @@ class EmulatedAgent:
         return AgentInfo(agent_id=self.agent_id, hostname=f"emulated-{self.index}", port=5051,
                          resources=self.pool.resources, attributes={"emulated": "true"})
 
-    # -- connection ------------------------------------------------------
-
-    async def dial(self) -> None:
-        host, port = self.pool.master
-        self.conn = await connect(host, port, AGENT, self)
-        master = self.conn.remote(MASTER)
+    def register(self, master: Any) -> None:
         if not self.agent_id:
             master.register_agent(self.info())
         else:
@@ -86,25 +85,7 @@ class EmulatedAgent:
                        for (f, _), t in self.tasks.items()]
             master.reregister_agent(self.info(), running, [])
 
-    def connection_lost(self, conn: Connection) -> None:
-        if conn is not self.conn:
-            return
-        self.conn = None
-        if self.is_registered:
-            self.is_registered = False
-            self.pool._registered -= 1
-        if not self.pool.stopping:
-            self.pool.redial(self)
-
-    # -- Agent service ---------------------------------------------------
-
-    def registered(self, conn: Connection, agent_id: str) -> None:
-        self._on_registered(agent_id)
-
-    def reregistered(self, conn: Connection, agent_id: str) -> None:
-        self._on_registered(agent_id)
-
-    def _on_registered(self, agent_id: str) -> None:
+    def on_registered(self, agent_id: str) -> None:
         self.agent_id = agent_id
         if not self.is_registered:
             self.is_registered = True
@@ -113,43 +94,23 @@ class EmulatedAgent:
         for status in list(self.unacked.values()):
             self._send(status)
 
-    def run_task(self, conn: Connection, framework: Any, task: TaskInfo) -> None:
-        fid = framework.framework_id
-        key = (fid, task.task_id)
-        if key in self.tasks:
-            return
-        self.tasks[key] = task
-        self._update(fid, task, TaskState.TASK_RUNNING)
-        loop = asyncio.get_running_loop()
-        self._timers[key] = loop.call_later(task_duration(task), self._finish, key, TaskState.TASK_FINISHED)
-
-    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
-        key = (framework_id, task_id)
-        if key in self.tasks:
-            self._finish(key, TaskState.TASK_KILLED)
-
-    def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
-        for key in [k for k in self.tasks if k[0] == framework_id]:
-            self._finish(key, TaskState.TASK_KILLED)
-
-    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str,
-                                   uuid_: str) -> None:
-        key = (framework_id, task_id)
-        pending = self.unacked.get(key)
-        if pending is not None and pending.uuid == uuid_:
-            del self.unacked[key]
-            if key not in self.tasks:
-                self.latest.pop(key, None)
-
-    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
-        pass  # emulated agents run no executors
-
-    def error(self, conn: Connection, message: str) -> None:
-        log.error("master refused an emulated agent", agent=self.index, message=message)
+    def on_lost(self) -> None:
+        if self.is_registered:
+            self.is_registered = False
+            self.pool._registered -= 1
 
     # -- tasks -----------------------------------------------------------
 
-    def _finish(self, key: tuple[str, str], state: int) -> None:
+    def run_task(self, framework_id: str, task: TaskInfo) -> None:
+        key = (framework_id, task.task_id)
+        if key in self.tasks:
+            return
+        self.tasks[key] = task
+        self._update(framework_id, task, TaskState.TASK_RUNNING)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(task_duration(task), self.finish, key, TaskState.TASK_FINISHED)
+
+    def finish(self, key: tuple[str, str], state: int) -> None:
         task = self.tasks.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
@@ -157,30 +118,126 @@ class EmulatedAgent:
         if task is not None:
             self._update(key[0], task, state)
 
+    def acknowledged(self, key: tuple[str, str], uuid_: str) -> bool:
+        """True when this was the last update the task will send."""
+        pending = self.unacked.get(key)
+        if pending is not None and pending.uuid == uuid_:
+            del self.unacked[key]
+            if key not in self.tasks:
+                self.latest.pop(key, None)
+                return True
+        return False
+
     def _update(self, framework_id: str, task: TaskInfo, state: int) -> None:
         status = TaskStatus(task_id=task.task_id, state=state, source="agent", agent_id=self.agent_id,
                             framework_id=framework_id, uuid=uuid.uuid4().hex, timestamp=time.time())
         key = (framework_id, task.task_id)
         self.latest[key] = status
-        # Updates of one task are sent in order; an emulated task has at most two, and the
-        # newer replaces the older in the retry set (the terminal one is what matters).
+        # An emulated task sends at most two updates; the newer replaces the older in
+        # the retry set (the terminal one is what the framework must see).
         self.unacked[key] = status
         self._send(status)
 
     def _send(self, status: TaskStatus) -> None:
-        if self.conn is not None and self.is_registered:
-            self.conn.remote(MASTER).status_update(status)
+        link = self.link
+        if link is not None and link.conn is not None and self.is_registered:
+            link.conn.remote(MASTER).status_update(status)
             self.pool.updates_sent += 1
 
 
+class _AgentConnection:
+    """One connection to the master carrying a group of emulated agents.
+
+    The handler of that connection's ``Agent`` service. Master calls are routed to
+    their agent: registrations are answered in the order they were sent,
+    ``run_task`` names the agent in the task, and calls naming only a task
+    (``kill_task``, acknowledgements) go to the agent that holds it.
+    """
+
+    def __init__(self, pool: "EmulatedAgentPool", agents: list[EmulatedAgent]) -> None:
+        self.pool = pool
+        self.agents = agents
+        for a in agents:
+            a.link = self
+        self.by_id: dict[str, EmulatedAgent] = {}
+        self.owner: dict[tuple[str, str], EmulatedAgent] = {}
+        self.conn: Connection | None = None
+        self._awaiting_id: list[EmulatedAgent] = []
+
+    async def dial(self) -> None:
+        host, port = self.pool.master
+        self.conn = await connect(host, port, AGENT, self)
+        master = self.conn.remote(MASTER)
+        for agent in self.agents:
+            if not agent.agent_id:
+                self._awaiting_id.append(agent)
+            agent.register(master)
+
+    def connection_lost(self, conn: Connection) -> None:
+        if conn is not self.conn:
+            return
+        self.conn = None
+        self._awaiting_id.clear()
+        for agent in self.agents:
+            agent.on_lost()
+        if not self.pool.stopping:
+            self.pool.redial(self)
+
+    # -- Agent service ---------------------------------------------------
+
+    def registered(self, conn: Connection, agent_id: str) -> None:
+        if self._awaiting_id:
+            agent = self._awaiting_id.pop(0)
+            self.by_id[agent_id] = agent
+            agent.on_registered(agent_id)
+
+    def reregistered(self, conn: Connection, agent_id: str) -> None:
+        agent = self.by_id.get(agent_id)
+        if agent is not None:
+            agent.on_registered(agent_id)
+
+    def run_task(self, conn: Connection, framework: Any, task: TaskInfo) -> None:
+        agent = self.by_id.get(task.agent_id)
+        if agent is not None:
+            self.owner[(framework.framework_id, task.task_id)] = agent
+            agent.run_task(framework.framework_id, task)
+
+    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
+        agent = self.owner.get((framework_id, task_id))
+        if agent is not None:
+            agent.finish((framework_id, task_id), TaskState.TASK_KILLED)
+
+    def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
+        for key, agent in list(self.owner.items()):
+            if key[0] == framework_id:
+                agent.finish(key, TaskState.TASK_KILLED)
+
+    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str,
+                                   uuid_: str) -> None:
+        key = (framework_id, task_id)
+        agent = self.owner.get(key)
+        if agent is not None and agent.acknowledged(key, uuid_):
+            del self.owner[key]
+
+    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+        pass  # emulated agents run no executors
+
+    def error(self, conn: Connection, message: str) -> None:
+        log.error("master refused an emulated agent", message=message)
+
+
 class EmulatedAgentPool:
-    """``count`` emulated agents dialling ``master``; see the module docstring."""
+    """``count`` emulated agents dialling ``master``, ``agents_per_connection`` to a
+    connection (a process may hold only so many sockets); see the module docstring."""
 
     def __init__(self, master: str, count: int, resources: str = "cpus:4;mem:8192",
-                 *, dial_concurrency: int = 200, redial_interval: float = 0.5) -> None:
+                 *, agents_per_connection: int = 1, dial_concurrency: int = 200,
+                 redial_interval: float = 0.5) -> None:
         self.master = parse_address(master, 5050)
         self.resources = Resources.parse(resources)
         self.agents = [EmulatedAgent(self, i) for i in range(count)]
+        per = max(1, agents_per_connection)
+        self.links = [_AgentConnection(self, self.agents[i:i + per]) for i in range(0, count, per)]
         self.dial_concurrency = dial_concurrency
         self.redial_interval = redial_interval
         self.stopping = False
@@ -195,32 +252,31 @@ class EmulatedAgentPool:
         return self._registered
 
     async def start(self) -> None:
-        """Dial every agent, ``dial_concurrency`` at a time; registration completes later."""
+        """Dial every connection, ``dial_concurrency`` at a time; registration completes later."""
         self._all_registered = asyncio.Event()
         sem = asyncio.Semaphore(self.dial_concurrency)
 
-        async def dial(agent: EmulatedAgent) -> None:
+        async def dial(link: _AgentConnection) -> None:
             async with sem:
-                await agent.dial()
+                await link.dial()
 
-        await asyncio.gather(*(dial(a) for a in self.agents))
+        await asyncio.gather(*(dial(link) for link in self.links))
         self._retry_task = asyncio.get_running_loop().create_task(self._retry_loop())
 
     def on_registered(self, agent: EmulatedAgent) -> None:
-        if self._all_registered is not None and not self._all_registered.is_set():
-            if self.registered_count == len(self.agents):
-                self._all_registered.set()
+        if self._all_registered is not None and self._registered == len(self.agents):
+            self._all_registered.set()
 
     async def wait_registered(self, timeout: float) -> None:
         assert self._all_registered is not None, "start() first"
         await asyncio.wait_for(self._all_registered.wait(), timeout)
 
-    def redial(self, agent: EmulatedAgent) -> None:
+    def redial(self, link: _AgentConnection) -> None:
         async def again() -> None:
             while not self.stopping:
                 await asyncio.sleep(self.redial_interval)
                 try:
-                    await agent.dial()
+                    await link.dial()
                     return
                 except OSError:
                     continue
@@ -230,7 +286,7 @@ class EmulatedAgentPool:
         task.add_done_callback(self._redials.discard)
 
     async def _retry_loop(self) -> None:
-        for _ in itertools.count():
+        while True:
             await asyncio.sleep(RETRY_SECONDS)
             now = time.time()
             for agent in self.agents:
@@ -246,5 +302,6 @@ class EmulatedAgentPool:
         for agent in self.agents:
             for timer in agent._timers.values():
                 timer.cancel()
-            if agent.conn is not None:
-                agent.conn.close()
+        for link in self.links:
+            if link.conn is not None:
+                link.conn.close()

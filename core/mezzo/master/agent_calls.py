@@ -26,12 +26,26 @@ class AgentCalls:
     """``register_agent``, ``reregister_agent``, ``executor_exited``,
     ``executor_to_framework`` and what an agent's disconnection sets off."""
 
-    def _agent_of(self, conn: Any, call: str) -> AgentRecord | None:
+    def _agent_of(self, conn: Any, call: str, agent_id: Any = None) -> AgentRecord | None:
+        """The agent a call on ``conn`` is from: ``agent_id`` if the call names one
+        registered on this connection, else the connection's only agent."""
         tag = conn.tag
-        agent = self.agents.get(tag.agent_id) if isinstance(tag, AgentTag) else None
+        agent = None
+        if isinstance(tag, AgentTag):
+            if isinstance(agent_id, str) and agent_id:
+                agent = self.agents.get(agent_id) if agent_id in tag.agent_ids else None
+            elif len(tag.agent_ids) == 1:
+                agent = self.agents.get(next(iter(tag.agent_ids)))
         if agent is None:
-            log.warning("agent call from unregistered peer", call=call, peer=conn.peer)
+            log.warning("agent call from a peer not registered as that agent", call=call,
+                        agent=agent_id, peer=conn.peer)
         return agent
+
+    def _attach_agent(self, conn: Any, agent_id: str) -> None:
+        if isinstance(conn.tag, AgentTag):
+            conn.tag.agent_ids.add(agent_id)
+        else:
+            conn.tag = AgentTag(agent_id)
 
     def register_agent(self, conn: Any, agent: AgentInfo) -> None:
         total = self._check_agent(conn, agent, "register_agent")
@@ -56,13 +70,18 @@ class AgentCalls:
             if record.removal_handle is not None:
                 record.removal_handle.cancel()
                 record.removal_handle = None
-            if record.conn is not None and record.conn is not conn:
-                record.conn.tag = None
-                record.conn.close()
+            old = record.conn
+            if old is not None and old is not conn and isinstance(old.tag, AgentTag):
+                # The agent moved to a new connection: the old one no longer speaks
+                # for it, and is closed once it speaks for nobody.
+                old.tag.agent_ids.discard(aid)
+                if not old.tag.agent_ids:
+                    old.tag = None
+                    old.close()
             record.conn = conn
             record.connected = True
             record.info = agent
-            conn.tag = AgentTag(aid)
+            self._attach_agent(conn, aid)
             log.info("agent re-registered", agent=aid, hostname=agent.hostname)
             self.observe.mezzo_agent_added(agent=agent)
         else:
@@ -142,7 +161,7 @@ class AgentCalls:
     def _add_agent(self, conn: Any, info: AgentInfo, total: Resources) -> AgentRecord:
         record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total)
         self.agents[record.id] = record
-        conn.tag = AgentTag(record.id)
+        self._attach_agent(conn, record.id)
         self.allocator.add_agent(record.id, total)
         log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
         self.observe.mezzo_agent_added(agent=info)
@@ -192,7 +211,7 @@ class AgentCalls:
 
     def executor_exited(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
                         exit_status: int, message: str) -> None:
-        agent = self._agent_of(conn, "executor_exited")
+        agent = self._agent_of(conn, "executor_exited", agent_id)
         if agent is None:
             return
         self._release_executor(agent, (framework_id, executor_id))
@@ -205,7 +224,7 @@ class AgentCalls:
 
     def executor_to_framework(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
                               data: bytes) -> None:
-        agent = self._agent_of(conn, "executor_to_framework")
+        agent = self._agent_of(conn, "executor_to_framework", agent_id)
         record = self.frameworks.get(framework_id)
         if agent is not None and record is not None and record.conn is not None:
             record.conn.remote(SCHEDULER).framework_message(agent.id, executor_id, data or b"")

@@ -256,9 +256,10 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             if record is not None and record.conn is conn:
                 self._framework_disconnected(record)
         elif isinstance(tag, AgentTag):
-            agent = self.agents.get(tag.agent_id)
-            if agent is not None and agent.conn is conn:
-                self._agent_disconnected(agent)
+            for agent_id in list(tag.agent_ids):
+                agent = self.agents.get(agent_id)
+                if agent is not None and agent.conn is conn:
+                    self._agent_disconnected(agent)
 
     # ------------------------------------------------------------------ state
 

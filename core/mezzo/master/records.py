@@ -103,9 +103,16 @@ class FrameworkTag:
 
 
 class AgentTag:
-    """Marks a connection as an agent's: ``conn.tag`` after ``register_agent``."""
+    """Marks a connection as carrying agents: ``conn.tag`` after ``register_agent``.
 
-    __slots__ = ("agent_id",)
+    A real agent has a connection of its own; a process hosting many agents (the
+    emulated agents of the scale benchmarks, an agent gateway) may register them
+    all on one connection, since a process may hold only so many sockets. Calls
+    from such a connection name their agent, and the master accepts them only for
+    agents registered on that same connection.
+    """
+
+    __slots__ = ("agent_ids",)
 
     def __init__(self, agent_id: str) -> None:
-        self.agent_id = agent_id
+        self.agent_ids = {agent_id}

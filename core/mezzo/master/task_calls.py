@@ -104,8 +104,11 @@ class TaskCalls:
         agent.conn.remote(AGENT).kill_task(framework_id, task_id)
 
     def status_update(self, conn: Any, status: TaskStatus) -> None:
-        agent = self._agent_of(conn, "status_update")
-        if agent is None or not isinstance(status, TaskStatus):
+        if not isinstance(status, TaskStatus):
+            self._agent_of(conn, "status_update")  # logs who sent it
+            return
+        agent = self._agent_of(conn, "status_update", status.agent_id)
+        if agent is None:
             return
         fid = status.framework_id
         status.agent_id = agent.id
