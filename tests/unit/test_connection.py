@@ -293,18 +293,13 @@ def test_send_from_another_thread_is_written_on_the_loop():
     async def main():
         conn, transport, h = make()
         m = SCHEDULER.encode("offer_rescinded", ("m-O1",), {})
-        seen: list = []
-
-        def worker():
-            conn.send(m)
-            seen.append(list(transport.writes))  # not written synchronously from this thread
-
-        t = threading.Thread(target=worker)
+        t = threading.Thread(target=conn.send, args=(m,))
         t.start()
         await asyncio.get_running_loop().run_in_executor(None, t.join)
         await turns()
-        assert seen == [[]]
         assert transport.writes == [m]
+        # The write itself happened on the loop's thread, not the sender's.
+        assert transport.write_threads == [threading.get_ident()]
 
     run(main())
 
