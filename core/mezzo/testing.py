@@ -48,6 +48,21 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
         time.sleep(interval)
 
 
+async def wait_for_async(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
+                         interval: float = 0.01) -> Any:
+    """:func:`wait_for` for code running on an event loop: sleeps without blocking it."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from mezzo.config import AgentConfig
 from mezzo.plugins import Plugins, load_plugins
 from mezzo.rpc import Connection, serve
 from mezzo.services import AGENT, MASTER
+from mezzo.testing import wait_for_async
 from mezzo.wire.ttypes import CommandInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskStatus
 
 FRAMEWORK = FrameworkInfo(name="test-framework", framework_id="fw-1")
@@ -36,14 +36,7 @@ def run(coro, timeout: float = 30.0) -> Any:
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = TIMEOUT, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(0.01)
+    return await wait_for_async(predicate, timeout, what)
 
 
 def name(state: int) -> str:
