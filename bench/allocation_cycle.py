@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from _report import write_section
 from mezzo import AgentInfo, Filters, FrameworkInfo, Resources
 from mezzo.config import MasterConfig
 from mezzo.plugins import load_plugins
@@ -202,20 +203,7 @@ def write_results(args, res) -> None:
         f"| 1.06 s | ≤ 0.5 s |",
         "",
     ]
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else (
-        "# Benchmarks\n\nFigures measured on this project's machine. Rerun the command of each "
-        "section to refresh it; prose under a table is written by hand.\n\n")
-    if section in text:
-        start = text.index(section)
-        end = text.find("\n### ", start + 1)
-        nxt = text.find("\n## ", start + 1)
-        cut = min(x for x in (end, nxt, len(text)) if x != -1)
-        text = text[:start] + "\n".join(lines) + text[cut:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(lines)
-    path.write_text(text)
-    print(f"wrote {path}")
+    write_section(section, lines[2:])
 
 
 if __name__ == "__main__":

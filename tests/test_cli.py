@@ -95,3 +95,51 @@ def test_settings_for_a_component_that_does_not_exist_are_an_error(tmp_path):
     r = mezzo("master", "--config", str(cfg), timeout=20)
     assert r.returncode == 2
     assert "master.allocator.dfr: settings for allocator 'dfr'" in r.stderr
+
+
+METRIC_KEYS = {"messages_received", "messages_sent", "agents", "frameworks", "tasks_running",
+               "cpu_seconds", "rss_bytes"}
+
+
+def test_state_metrics_prints_the_master_counters(make_cluster):
+    cluster = make_cluster(2, master={"allocation_interval": 0.01})
+    r = mezzo("state", "--metrics", "--master", cluster.master, timeout=20)
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(r.stdout)
+    assert METRIC_KEYS <= set(metrics), sorted(metrics)
+    assert "agents" in metrics and not isinstance(metrics["agents"], list)  # counters, not the state
+    assert metrics["agents"] == 2
+    assert metrics["frameworks"] == 0 and metrics["tasks_running"] == 0
+    # At least both registrations and this request came in; the registrations were answered.
+    assert metrics["messages_received"] >= 3
+    assert metrics["messages_sent"] >= 2
+    assert metrics["cpu_seconds"] > 0
+    assert 1 << 20 < metrics["rss_bytes"] < 1 << 32
+
+
+def test_fetch_metrics_counts_the_traffic_between_two_calls(make_cluster, drivers):
+    from mezzo.state_client import fetch_metrics
+
+    from .conftest import Recorder, wait_for
+
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    before = fetch_metrics(cluster.master)
+    assert before["agents"] == 1 and before["frameworks"] == 0
+    sched = Recorder()  # keeps its offers
+    drivers(sched, "metered", cluster.master)
+    assert sched.registered_event.wait(10)
+    wait_for(lambda: len(sched.offers) >= 1, 10, "an offer")
+    after = fetch_metrics(cluster.master)
+    assert after["frameworks"] == 1
+    # In: the registration and our second request; out: our first answer, registered, an offer.
+    assert after["messages_received"] >= before["messages_received"] + 2
+    assert after["messages_sent"] >= before["messages_sent"] + 3
+    assert after["offers_made"] >= before["offers_made"] + 1
+    assert after["offers_outstanding"] >= 1
+    assert after["allocation_cycles"] > before["allocation_cycles"]
+    assert after["uptime_seconds"] >= before["uptime_seconds"]
+    assert after["cpu_seconds"] >= before["cpu_seconds"]
+    # The counters keep counting: asking again is traffic too.
+    again = fetch_metrics(cluster.master)
+    assert again["messages_received"] > after["messages_received"]
+    assert again["messages_sent"] > after["messages_sent"]

@@ -195,6 +195,8 @@ service Master {
 
   // -- from tools (mezzo state)
   oneway void request_state(1: i64 request_id),
+  /** Counters only (messages, cycles, CPU, memory): cheap at any cluster size. */
+  oneway void request_metrics(1: i64 request_id),
 }
 
 /** Calls a scheduler driver receives from the master. */
@@ -248,4 +250,5 @@ service Executor {
 /** Calls a tool (mezzo state) receives from the master. */
 service Tool {
   oneway void state(1: i64 request_id, 2: string state_json),
+  oneway void metrics(1: i64 request_id, 2: string metrics_json),
 }

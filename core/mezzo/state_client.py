@@ -1,7 +1,8 @@
-"""Asking a master for its state: what ``mezzo state`` and the tests use.
+"""Asking a master for its state or metrics: what ``mezzo state`` and the tests use.
 
     state = fetch_state("127.0.0.1:5050")          # a dict; blocking
     state = await fetch_state_async("127.0.0.1:5050")
+    counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class _Waiter:
         if request_id == self.request_id and not self.future.done():
             self.future.set_result(state_json)
 
+    metrics = state  # the answer to request_metrics has the same shape
+
     def connection_lost(self, conn: Any) -> None:
         if not self.future.done():
             self.future.set_exception(MasterUnreachable("the master closed the connection"))
@@ -38,6 +41,15 @@ class _Waiter:
 
 async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
     """The master's state as a dict (see ``docs/getting-started.md`` for its fields)."""
+    return await _ask(master, "request_state", timeout)
+
+
+async def fetch_metrics_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The master's counters as a dict (see ``Master.metrics``)."""
+    return await _ask(master, "request_metrics", timeout)
+
+
+async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
     if master.startswith("zk://"):
         raise MasterUnreachable("zk:// master addresses are not supported yet; give HOST:PORT")
     host, port = parse_address(master, 5050)
@@ -48,7 +60,7 @@ async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any
     except (OSError, asyncio.TimeoutError) as exc:
         raise MasterUnreachable(f"cannot reach the master at {host}:{port}: {exc or 'timeout'}") from None
     try:
-        conn.remote(MASTER).request_state(waiter.request_id)
+        getattr(conn.remote(MASTER), call)(waiter.request_id)
         text = await asyncio.wait_for(waiter.future, timeout)
     except asyncio.TimeoutError:
         raise MasterUnreachable(f"the master at {host}:{port} did not answer within {timeout:g} s") from None
@@ -60,3 +72,8 @@ async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any
 def fetch_state(master: str, timeout: float = 10.0) -> dict[str, Any]:
     """Blocking :func:`fetch_state_async` (do not call from a running event loop)."""
     return asyncio.run(fetch_state_async(master, timeout))
+
+
+def fetch_metrics(master: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Blocking :func:`fetch_metrics_async` (do not call from a running event loop)."""
+    return asyncio.run(fetch_metrics_async(master, timeout))

@@ -81,6 +81,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "executor_exited": ("ag-3", "fw-7", "ex-1", -9, "killed by SIGKILL"),
         "executor_to_framework": ("ag-3", "fw-7", "ex-1", b""),
         "request_state": (-1,),
+        "request_metrics": (7,),
     },
     "Scheduler": {
         "registered": ("fw-7", "127.0.0.1:5050"),
@@ -118,6 +119,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
     },
     "Tool": {
         "state": (99, '{"frameworks": [], "agents": [{"id": "ag-3"}]}'),
+        "metrics": (98, '{"messages_received": 12}'),
     },
 }
 

@@ -83,8 +83,14 @@ __all__ = ["DriverError", "DriverStatus", "Scheduler", "SchedulerDriver", "parse
 
 DEFAULT_MASTER_PORT = 5050
 
-DEDUPE_WINDOW = 10_000
-"""Status-update uuids remembered per driver for de-duplication (least recently seen go first)."""
+DEDUPE_WINDOW = 200_000
+"""Status-update uuids remembered per driver for de-duplication (least recently seen go first).
+
+A retried update is dropped only while its uuid is remembered, so the window must
+outlast the retries of every update in flight: a framework running 50,000 tasks
+sees 100,000 uuids per task generation (the scale benchmark caught a 10,000 window
+re-delivering retried updates). At about 150 bytes an entry, a full window costs
+some 30 MB; the dict only grows that big for a framework that busy."""
 
 
 class Scheduler:

@@ -159,7 +159,8 @@ class AgentCalls:
         return total
 
     def _add_agent(self, conn: Any, info: AgentInfo, total: Resources) -> AgentRecord:
-        record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total)
+        record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total,
+                             offerable=self.offerable)
         self.agents[record.id] = record
         self._attach_agent(conn, record.id)
         self.allocator.add_agent(record.id, total)
@@ -188,6 +189,8 @@ class AgentCalls:
             self._release_executor(agent, key)
         self.refusals.clear_agent(agent.id)
         del self.agents[agent.id]
+        self.offerable.pop(agent.id, None)
+        agent.offerable = None
         self.allocator.remove_agent(agent.id, agent.total)
         for record in self.frameworks.values():
             if record.conn is not None:

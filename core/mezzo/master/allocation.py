@@ -53,9 +53,9 @@ class Cycle(AllocationCycle):
         refusals = m.refusals
         n_frameworks = len(m.frameworks)
         ids = []
-        for a in m.agents.values():
-            if not a.connected or not a.free:
-                continue
+        # Only the agents with something free: at steady state a small part of a
+        # large cluster (see AgentRecord.offerable).
+        for a in m.offerable.values():
             if refusals.refused_by_all(a.id, n_frameworks):
                 self.fully_refused_agents += 1
                 continue

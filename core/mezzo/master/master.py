@@ -25,9 +25,11 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
+import json
 import math
+import os
+import resource
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -37,9 +39,10 @@ import structlog
 
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig
+from ..heap import tune_gc
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
-from ..rpc import parse_address, serve
+from ..rpc import TRAFFIC, parse_address, serve
 from ..services import MASTER, SCHEDULER, TOOL
 from ..wire.ttypes import Filters, Offer
 from .agent_calls import AgentCalls
@@ -79,12 +82,17 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         ]
         self.frameworks: dict[str, FrameworkRecord] = {}
         self.agents: dict[str, AgentRecord] = {}
+        self.offerable: dict[str, AgentRecord] = {}
+        """Agents connected and with something free, kept by the records themselves."""
         self.offer_book = OfferBook(self.id, config.offer_timeout)
         self.refusals = RefuseFilters()
         self.completed_tasks: deque[TaskRecord] = deque(maxlen=1000)
         self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
         """Ids of frameworks removed by this master, with why (bounded)."""
         self.last_cycle: dict[str, Any] = {}
+        self.cycles = 0
+        self.cycle_seconds = 0.0
+        self.offers_made = 0
         self._framework_ids = itertools.count(0)
         self._agent_ids = itertools.count(0)
         self._server: asyncio.base_events.Server | None = None
@@ -154,6 +162,9 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             self.observe.mezzo_offers_sent(framework_id=fid, offers=wire)
         self._arm_timers()
         elapsed = time.perf_counter() - started
+        self.cycles += 1
+        self.cycle_seconds += elapsed
+        self.offers_made += sent
         self.last_cycle = {
             "at": time.time(),
             "seconds": round(elapsed, 6),
@@ -266,18 +277,35 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     def request_state(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).state(request_id if isinstance(request_id, int) else 0, render_state(self))
 
+    def request_metrics(self, conn: Any, request_id: int) -> None:
+        conn.remote(TOOL).metrics(request_id if isinstance(request_id, int) else 0, json.dumps(self.metrics()))
 
-def tune_gc() -> None:
-    """Make garbage collection cheap for a master holding a large, long-lived heap.
+    def metrics(self) -> dict[str, Any]:
+        """Counters for monitoring and the benchmarks; O(frameworks), never O(agents).
 
-    The master's state (thousands of agents, offers, refuse filters) is mostly
-    acyclic and freed by reference counting; the cyclic collector only has to find
-    the rare cycles (connections and their transports). With the default
-    thresholds, full collections walk the whole heap every few allocation cycles
-    and showed up as 1 s stalls at 10,000 agents (bench/allocation_cycle.py).
-    Freezing what exists at start-up and collecting the young generation less often
-    keeps cycles collectable while taking the stalls off the hot path.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+        Message counts are this process's (``mezzo.rpc.TRAFFIC``), which for a
+        master process is the master's.
+        """
+        return {
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "messages_received": TRAFFIC.received,
+            "messages_sent": TRAFFIC.sent,
+            "allocation_cycles": self.cycles,
+            "allocation_seconds": round(self.cycle_seconds, 6),
+            "offers_made": self.offers_made,
+            "offers_outstanding": len(self.offer_book),
+            "agents": len(self.agents),
+            "frameworks": len(self.frameworks),
+            "tasks_running": sum(len(f.tasks) for f in self.frameworks.values()),
+            "cpu_seconds": round(time.process_time(), 3),
+            "rss_bytes": _rss_bytes(),
+        }
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory now (Linux), else its peak."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -38,27 +38,73 @@ class FrameworkRecord:
         return self.agent_whitelist is not None or self.min_free is not None
 
 
-@dataclass(slots=True, eq=False)
 class AgentRecord:
-    id: str
-    info: AgentInfo
-    conn: Any
-    total: Resources
-    free: Resources
-    """Neither used by tasks and executors nor in an outstanding offer."""
-    offers: dict[str, "OfferRecord"] = field(default_factory=dict)
-    tasks: dict[tuple[str, str], "TaskRecord"] = field(default_factory=dict)
-    """Keyed by (framework id, task id)."""
-    executors: dict[tuple[str, str], ExecutorInfo] = field(default_factory=dict)
-    """Custom executors running here, keyed by (framework id, executor id)."""
-    connected: bool = True
-    removal_handle: Any = None
-    """Timer declaring the agent lost if it does not re-register in time."""
-    registered_at: float = field(default_factory=time.time)
+    """One agent: its resources, what runs on it and what is offered of it.
+
+    ``free`` and ``connected`` are properties so that the master's index of
+    *offerable* agents (connected, with something free) cannot go stale: every
+    change of either updates ``offerable`` if the record belongs to one. An
+    allocation cycle then walks only those agents instead of all of them, which
+    at 50,000 agents was a fifth of the master's time (bench/fig10.py).
+    """
+
+    __slots__ = ("id", "info", "conn", "total", "_free", "offers", "tasks", "executors", "_connected",
+                 "removal_handle", "registered_at", "offerable")
+
+    def __init__(self, id: str, info: AgentInfo, conn: Any, total: Resources, free: Resources,
+                 connected: bool = True, offerable: "dict[str, AgentRecord] | None" = None) -> None:
+        self.id = id
+        self.info = info
+        self.conn = conn
+        """The agent's connection (possibly shared with other agents); None while disconnected."""
+        self.total = total
+        self.offers: dict[str, OfferRecord] = {}
+        self.tasks: dict[tuple[str, str], TaskRecord] = {}
+        """Keyed by (framework id, task id)."""
+        self.executors: dict[tuple[str, str], ExecutorInfo] = {}
+        """Custom executors running here, keyed by (framework id, executor id)."""
+        self.removal_handle: Any = None
+        """Timer declaring the agent lost if it does not re-register in time."""
+        self.registered_at = time.time()
+        self.offerable = offerable
+        """The master's index of offerable agents by id, or None (a record on its own)."""
+        self._free = free
+        self._connected = connected
+        self._reindex()
+
+    @property
+    def free(self) -> Resources:
+        """Neither used by tasks and executors nor in an outstanding offer."""
+        return self._free
+
+    @free.setter
+    def free(self, value: Resources) -> None:
+        self._free = value
+        self._reindex()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @connected.setter
+    def connected(self, value: bool) -> None:
+        self._connected = value
+        self._reindex()
+
+    def _reindex(self) -> None:
+        index = self.offerable
+        if index is not None:
+            if self._connected and self._free:
+                index[self.id] = self
+            else:
+                index.pop(self.id, None)
 
     @property
     def hostname(self) -> str:
         return self.info.hostname
+
+    def __repr__(self) -> str:
+        return f"AgentRecord({self.id!r}, {self.info.hostname!r}, free={self._free}, connected={self._connected})"
 
 
 @dataclass(slots=True, eq=False)

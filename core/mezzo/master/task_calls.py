@@ -81,7 +81,7 @@ class TaskCalls:
         record.tasks[task.task_id] = tr
         agent.tasks[(record.id, task.task_id)] = tr
         log.info("launching task", framework=record.id, agent=agent.id, task=task.task_id,
-                 resources=str(accepted.resources))
+                 resources=accepted.resources)  # rendered only if logged
         agent.conn.remote(AGENT).run_task(record.info, task)
 
     def kill_task(self, conn: Any, framework_id: str, task_id: str) -> None:

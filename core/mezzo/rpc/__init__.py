@@ -11,7 +11,7 @@ Layers, bottom up (each testable without the next):
 """
 
 from .codec import MalformedMessage, Remote, ServiceSchema
-from .connection import Connection
+from .connection import TRAFFIC, Connection, Traffic
 from .endpoint import connect, parse_address, serve
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
 
@@ -23,6 +23,8 @@ __all__ = [
     "MalformedMessage",
     "Remote",
     "ServiceSchema",
+    "TRAFFIC",
+    "Traffic",
     "connect",
     "parse_address",
     "serve",

@@ -30,6 +30,23 @@ from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
 log = structlog.get_logger("mezzo.rpc")
 
 
+class Traffic:
+    """Messages received and sent by this process over all its connections.
+
+    Read by the master's metrics; two integer increments per message are the
+    cheapest way to know the message rate the brief's scale targets are about.
+    """
+
+    __slots__ = ("received", "sent")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.sent = 0
+
+
+TRAFFIC = Traffic()
+
+
 class Connection(asyncio.Protocol):
     """A framed Thrift connection dispatching to ``handler``.
 
@@ -77,6 +94,7 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
             self.close()
             return
+        TRAFFIC.received += len(frames)
         for payload in frames:
             try:
                 name, args = self.schema.decode(payload, self.max_frame)
@@ -127,6 +145,7 @@ class Connection(asyncio.Protocol):
             return
         if self._transport is None or self._closing:
             return
+        TRAFFIC.sent += 1
         self._outbox.append(message)
         if not self._flush_scheduled:
             self._flush_scheduled = True

@@ -189,6 +189,16 @@ class Iface(object):
         """
         pass
 
+    def request_metrics(self, request_id):
+        """
+        Counters only (messages, cycles, CPU, memory): cheap at any cluster size.
+
+        Parameters:
+         - request_id
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -527,6 +537,24 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def request_metrics(self, request_id):
+        """
+        Counters only (messages, cycles, CPU, memory): cheap at any cluster size.
+
+        Parameters:
+         - request_id
+
+        """
+        self.send_request_metrics(request_id)
+
+    def send_request_metrics(self, request_id):
+        self._oprot.writeMessageBegin('request_metrics', TMessageType.ONEWAY, self._seqid)
+        args = request_metrics_args()
+        args.request_id = request_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -549,6 +577,7 @@ class Processor(Iface, TProcessor):
         self._processMap["executor_exited"] = Processor.process_executor_exited
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
         self._processMap["request_state"] = Processor.process_request_state
+        self._processMap["request_metrics"] = Processor.process_request_metrics
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -753,6 +782,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.request_state(args.request_id)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_request_metrics(self, seqid, iprot, oprot):
+        args = request_metrics_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.request_metrics(args.request_id)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -2381,6 +2421,79 @@ class request_state_args(object):
         return not (self == other)
 all_structs.append(request_state_args)
 request_state_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+)
+
+
+class request_metrics_args(object):
+    """
+    Attributes:
+     - request_id
+
+    """
+
+    __slots__ = (
+        'request_id',
+    )
+
+
+    def __init__(self, request_id=None,):
+        self.request_id = request_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('request_metrics_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(request_metrics_args)
+request_metrics_args.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'request_id', None, None, ),  # 1
 )

@@ -33,6 +33,15 @@ class Iface(object):
         """
         pass
 
+    def metrics(self, request_id, metrics_json):
+        """
+        Parameters:
+         - request_id
+         - metrics_json
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -63,12 +72,31 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def metrics(self, request_id, metrics_json):
+        """
+        Parameters:
+         - request_id
+         - metrics_json
+
+        """
+        self.send_metrics(request_id, metrics_json)
+
+    def send_metrics(self, request_id, metrics_json):
+        self._oprot.writeMessageBegin('metrics', TMessageType.ONEWAY, self._seqid)
+        args = metrics_args()
+        args.request_id = request_id
+        args.metrics_json = metrics_json
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
         self._handler = handler
         self._processMap = {}
         self._processMap["state"] = Processor.process_state
+        self._processMap["metrics"] = Processor.process_metrics
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -97,6 +125,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.state(args.request_id, args.state_json)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_metrics(self, seqid, iprot, oprot):
+        args = metrics_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.metrics(args.request_id, args.metrics_json)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -188,6 +227,92 @@ state_args.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'request_id', None, None, ),  # 1
     (2, TType.STRING, 'state_json', 'UTF8', None, ),  # 2
+)
+
+
+class metrics_args(object):
+    """
+    Attributes:
+     - request_id
+     - metrics_json
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'metrics_json',
+    )
+
+
+    def __init__(self, request_id=None, metrics_json=None,):
+        self.request_id = request_id
+        self.metrics_json = metrics_json
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.metrics_json = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('metrics_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.metrics_json is not None:
+            oprot.writeFieldBegin('metrics_json', TType.STRING, 2)
+            oprot.writeString(self.metrics_json.encode('utf-8') if sys.version_info[0] == 2 else self.metrics_json)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(metrics_args)
+metrics_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.STRING, 'metrics_json', 'UTF8', None, ),  # 2
 )
 fix_spec(all_structs)
 del all_structs

@@ -32,16 +32,20 @@ from typing import Any
 
 import structlog
 
-from .resources import Resources
-from .rpc import Connection, connect, parse_address
-from .services import AGENT, MASTER
-from .wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus
+from ..resources import Resources
+from ..rpc import Connection, connect, parse_address
+from ..services import AGENT, MASTER
+from ..wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus
 
 log = structlog.get_logger("mezzo.emulation", component="emulated-agent")
 
 _SLEEP = re.compile(r"^\s*sleep\s+([0-9.]+)\s*$")
-RETRY_SECONDS = 2.0
-"""Unacknowledged status updates are sent again after this long."""
+FIRST_RETRY_SECONDS = 1.0
+"""An unacknowledged update is sent again after this long, doubling each time
+(as a real agent does with ``agent.status_update_retry``)."""
+MAX_RETRY_SECONDS = 30.0
+RETRY_SCAN_SECONDS = 0.25
+"""How often the pool looks for updates due to be sent again."""
 
 
 def task_duration(task: TaskInfo) -> float:
@@ -71,6 +75,9 @@ class EmulatedAgent:
         self.tasks: dict[tuple[str, str], TaskInfo] = {}
         self.latest: dict[tuple[str, str], TaskStatus] = {}
         self.unacked: dict[tuple[str, str], TaskStatus] = {}
+        """Per task, the update in flight: sent, not yet acknowledged."""
+        self.queued: dict[tuple[str, str], TaskStatus] = {}
+        """Per task, the update waiting for the one in flight (one at most: the terminal one)."""
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
 
     def info(self) -> AgentInfo:
@@ -91,8 +98,9 @@ class EmulatedAgent:
             self.is_registered = True
             self.pool._registered += 1
         self.pool.on_registered(self)
-        for status in list(self.unacked.values()):
+        for key, status in list(self.unacked.items()):
             self._send(status)
+            self.pool.retry_later(self, key)
 
     def on_lost(self) -> None:
         if self.is_registered:
@@ -106,6 +114,7 @@ class EmulatedAgent:
         if key in self.tasks:
             return
         self.tasks[key] = task
+        self.pool.running += 1
         self._update(framework_id, task, TaskState.TASK_RUNNING)
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(task_duration(task), self.finish, key, TaskState.TASK_FINISHED)
@@ -116,16 +125,23 @@ class EmulatedAgent:
         if timer is not None:
             timer.cancel()
         if task is not None:
+            self.pool.running -= 1
             self._update(key[0], task, state)
 
     def acknowledged(self, key: tuple[str, str], uuid_: str) -> bool:
-        """True when this was the last update the task will send."""
+        """Take an acknowledgement; True when the task has nothing left to report."""
         pending = self.unacked.get(key)
-        if pending is not None and pending.uuid == uuid_:
-            del self.unacked[key]
-            if key not in self.tasks:
-                self.latest.pop(key, None)
-                return True
+        if pending is None or pending.uuid != uuid_:
+            return False  # a late answer to a retry: the update is gone already
+        del self.unacked[key]
+        self.pool.acknowledged(self, key)
+        nxt = self.queued.pop(key, None)
+        if nxt is not None:
+            self._start(key, nxt)
+            return False
+        if key not in self.tasks:
+            self.latest.pop(key, None)
+            return True
         return False
 
     def _update(self, framework_id: str, task: TaskInfo, state: int) -> None:
@@ -133,10 +149,17 @@ class EmulatedAgent:
                             framework_id=framework_id, uuid=uuid.uuid4().hex, timestamp=time.time())
         key = (framework_id, task.task_id)
         self.latest[key] = status
-        # An emulated task sends at most two updates; the newer replaces the older in
-        # the retry set (the terminal one is what the framework must see).
+        # Like a real agent: one update in flight per task, the next waits for its
+        # acknowledgement, so the framework sees them in order and each exactly once.
+        if key in self.unacked:
+            self.queued[key] = status
+        else:
+            self._start(key, status)
+
+    def _start(self, key: tuple[str, str], status: TaskStatus) -> None:
         self.unacked[key] = status
         self._send(status)
+        self.pool.retry_later(self, key)
 
     def _send(self, status: TaskStatus) -> None:
         link = self.link
@@ -242,10 +265,14 @@ class EmulatedAgentPool:
         self.redial_interval = redial_interval
         self.stopping = False
         self.updates_sent = 0
+        self.running = 0
+        """Tasks running on the pool's agents now."""
         self._registered = 0
         self._all_registered: asyncio.Event | None = None
         self._retry_task: asyncio.Task | None = None
         self._redials: set[asyncio.Task] = set()
+        self._retries: dict[tuple[EmulatedAgent, tuple[str, str]], list[float]] = {}
+        """Updates in flight: (agent, task key) -> [when to resend, current interval]."""
 
     @property
     def registered_count(self) -> int:
@@ -285,14 +312,30 @@ class EmulatedAgentPool:
         self._redials.add(task)
         task.add_done_callback(self._redials.discard)
 
+    def retry_later(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
+        """Resend ``agent``'s in-flight update of ``key`` unless acknowledged in time."""
+        self._retries[(agent, key)] = [time.monotonic() + FIRST_RETRY_SECONDS, FIRST_RETRY_SECONDS]
+
+    def acknowledged(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
+        self._retries.pop((agent, key), None)
+
     async def _retry_loop(self) -> None:
+        # One scan of the updates in flight, rather than a timer per update: at
+        # thousands of updates a second, nearly all are acknowledged within
+        # milliseconds and a timer each would be armed and cancelled for nothing.
         while True:
-            await asyncio.sleep(RETRY_SECONDS)
-            now = time.time()
-            for agent in self.agents:
-                for status in list(agent.unacked.values()):
-                    if now - status.timestamp >= RETRY_SECONDS:
-                        agent._send(status)
+            await asyncio.sleep(RETRY_SCAN_SECONDS)
+            now = time.monotonic()
+            for (agent, key), due in list(self._retries.items()):
+                if due[0] > now:
+                    continue
+                status = agent.unacked.get(key)
+                if status is None:
+                    del self._retries[(agent, key)]
+                    continue
+                agent._send(status)
+                due[1] = min(due[1] * 2, MAX_RETRY_SECONDS)
+                due[0] = now + due[1]
 
     async def stop(self) -> None:
         self.stopping = True

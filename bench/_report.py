@@ -1,0 +1,30 @@
+"""Writing a benchmark's section of ``docs/benchmarks.md``.
+
+Each benchmark owns one ``## `` section, replaced whole on every run (up to the
+next ``## `` heading, or a ``### `` heading, under which prose is written by hand
+and kept).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+
+
+def write_section(heading: str, lines: list[str], path: Path = BENCHMARKS) -> None:
+    """Replace (or append) the section titled ``heading`` with ``lines``."""
+    text = path.read_text() if path.exists() else (
+        "# Benchmarks\n\nFigures measured on this project's machine. Rerun the command of each "
+        "section to refresh it; prose under a table is written by hand.\n\n")
+    body = "\n".join([heading, "", *lines]).rstrip("\n") + "\n"
+    if heading in text:
+        start = text.index(heading)
+        ends = [i for i in (text.find("\n### ", start + 1), text.find("\n## ", start + 1)) if i != -1]
+        cut = min(ends) + 1 if ends else len(text)
+        text = text[:start] + body + ("\n" if cut < len(text) else "") + text[cut:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + body
+    path.write_text(text)
+    print(f"wrote {path}")
