@@ -83,7 +83,7 @@ class EmulatedCluster:
     """A master plus ``agents`` emulated agents of ``agent_resources`` each."""
 
     def __init__(self, workdir: Path, agents: int, *, agent_resources: str = "cpus:2;mem:2048",
-                 per_connection: int = 5, master_toml: str = "") -> None:
+                 per_connection: int = 10, master_toml: str = "") -> None:
         self.workdir = workdir
         self.agent_count = agents
         self.agent_resources = agent_resources

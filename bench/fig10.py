@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--frameworks", type=int, default=200)
     p.add_argument("--framework-processes", type=int, default=1,
                    help="processes the emulated frameworks are spread over")
-    p.add_argument("--per-connection", type=int, default=5, help="emulated agents per connection")
+    p.add_argument("--per-connection", type=int, default=10, help="emulated agents per connection")
     p.add_argument("--task-mean", type=float, default=30.0)
     p.add_argument("--task-stddev", type=float, default=10.0)
     p.add_argument("--settle", type=float, default=None,
