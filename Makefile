@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 DISTS  := core plugins/drf plugins/priority
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test thrift check-thrift bench clean
+.PHONY: setup run test thrift check-thrift bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -33,8 +33,17 @@ test: setup
 thrift:
 	thrift/generate.sh
 
+# Every benchmark, each rewriting its section of docs/benchmarks.md (about 40 minutes).
 bench: setup
+	$(PY) -m pip install -q matplotlib  # the Fig. 10 plot
 	$(PY) bench/allocation_cycle.py
+	$(PY) bench/fig10.py
+	$(PY) bench/throughput.py
+	$(PY) bench/state_polling.py
+
+# The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
+bench-quick: setup
+	$(PY) bench/fig10.py --quick --no-write
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -133,7 +133,8 @@ class EmulatedCluster:
         return time.monotonic() - started
 
     def start_frameworks(self, count: int, *, task: str = "cpus:1;mem:1024", duration: float = 30.0,
-                         stddev: float = 10.0, processes: int = 1, seed: int = 1) -> None:
+                         stddev: float = 10.0, processes: int = 1, seed: int = 1,
+                         extra: tuple[str, ...] = (), report_every: float = 1.0) -> None:
         """``count`` emulated frameworks over ``processes`` processes; returns once all registered."""
         per = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
         started = []
@@ -141,7 +142,8 @@ class EmulatedCluster:
             em = Emulator(
                 [sys.executable, "-m", "mezzo.emulation", "frameworks", "--master", self.address,
                  "--count", str(n), "--task", task, "--duration", str(duration), "--stddev", str(stddev),
-                 "--seed", str(seed + i), "--name-prefix", f"emulated{i}"],
+                 "--seed", str(seed + i), "--name-prefix", f"emulated{i}",
+                 "--report-every", str(report_every), *extra],
                 self.workdir / f"frameworks-{i}.log")
             started.append(em)
             self.frameworks.append(em)

@@ -67,6 +67,8 @@ class MasterConfig:
     """Seconds a disconnected agent has to come back before its tasks are TASK_LOST."""
     max_frame_bytes: int = 16 * 1024 * 1024
     """Largest message accepted; bigger frames close the connection."""
+    render_state_in_child: bool = True
+    """Render ``mezzo state`` in a forked child so the event loop never stalls on it."""
     offer_filters: list[str] = field(default_factory=list)
     """Offer filter components applied after the built-in framework filters, in order."""
     offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -226,6 +228,10 @@ def _coerce(type_: Any, value: Any, dotted: str) -> Any:
     if t == "int":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(dotted, f"expected a positive integer, got {value!r}")
+        return value
+    if t == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(dotted, f"expected true or false, got {_kind(value)}")
         return value
     if t == "str":
         if not isinstance(value, str):

@@ -18,6 +18,11 @@ from .services import MASTER, TOOL
 
 _request_ids = itertools.count(1)
 
+ANSWER_MAX_BYTES = 1 << 30
+"""The largest answer accepted. The state of a 50,000-agent cluster with 100,000
+tasks is tens of megabytes, beyond the 16 MiB bound daemons put on what peers send;
+here the peer is the master we asked."""
+
 
 class MasterUnreachable(MezzoError):
     """The master did not answer (not running, wrong address, timeout)."""
@@ -56,7 +61,7 @@ async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     waiter = _Waiter(next(_request_ids), loop.create_future())
     try:
-        conn = await asyncio.wait_for(connect(host, port, TOOL, waiter), timeout)
+        conn = await asyncio.wait_for(connect(host, port, TOOL, waiter, max_frame=ANSWER_MAX_BYTES), timeout)
     except (OSError, asyncio.TimeoutError) as exc:
         raise MasterUnreachable(f"cannot reach the master at {host}:{port}: {exc or 'timeout'}") from None
     try:

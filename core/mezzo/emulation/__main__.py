@@ -54,7 +54,8 @@ async def _run_agents(args: argparse.Namespace) -> None:
 def _run_frameworks(args: argparse.Namespace) -> None:
     pool = EmulatedFrameworkPool(args.master, args.count, args.task,
                                  normal_duration(args.duration, args.stddev, seed=args.seed),
-                                 name_prefix=args.name_prefix)
+                                 name_prefix=args.name_prefix, tasks_per_offer=args.tasks_per_offer,
+                                 max_tasks=args.max_tasks)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # Set from another thread: Event.set() inside a handler deadlocks if the signal
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     frameworks.add_argument("--stddev", type=float, default=10.0, help="task seconds' standard deviation")
     frameworks.add_argument("--seed", type=int, default=None, help="seed of the task durations")
     frameworks.add_argument("--name-prefix", default="emulated", help="framework names are PREFIX-N")
+    frameworks.add_argument("--tasks-per-offer", type=int, default=1,
+                            help="tasks launched on one offer at most (0: as many as fit)")
+    frameworks.add_argument("--max-tasks", type=int, default=None,
+                            help="tasks each framework launches in all (default: no limit)")
     args = parser.parse_args(argv)
     mezzo_log.configure(args.log_level)
     tune_gc()  # tens of thousands of agents or tasks: keep full collections off the hot path

@@ -4,7 +4,8 @@ Each :class:`EmulatedScheduler` is an ordinary :class:`mezzo.Scheduler` behind a
 ordinary :class:`mezzo.SchedulerDriver`; all of a process's drivers share the one
 driver thread (:mod:`mezzo.driver.runtime`). The scheduler follows the paper's
 §6.5 workload: on every offer it launches one task of ``per_task`` resources if
-that fits and declines the offer otherwise. A task's duration is drawn from
+that fits and declines the offer otherwise (``tasks_per_offer`` and ``max_tasks``
+change that for the throughput benchmark). A task's duration is drawn from
 ``duration()`` and carried in ``labels["duration"]``, which emulated agents
 (:mod:`.agents`) read to "run" it on a timer; a real agent would run the
 ``sleep`` command it also carries.
@@ -56,10 +57,19 @@ class EmulatedScheduler(Scheduler):
     plain int, so a reader sees a recent value without locking.
     """
 
-    def __init__(self, name: str, per_task: Resources, duration: Callable[[], float]) -> None:
+    def __init__(self, name: str, per_task: Resources, duration: Callable[[], float], *,
+                 tasks_per_offer: int = 1, max_tasks: int | None = None) -> None:
+        if tasks_per_offer < 0 or (tasks_per_offer == 0 and not per_task):
+            # 0 fills the offer: with tasks of no resources that would never end.
+            raise ValueError(f"tasks_per_offer must be >= 0, and 0 needs tasks with resources; "
+                             f"got {tasks_per_offer} tasks of {per_task or 'nothing'}")
         self.name = name
         self.per_task = per_task
         self.duration = duration
+        self.tasks_per_offer = tasks_per_offer
+        """At most this many tasks on one offer; 0 fills the offer."""
+        self.max_tasks = max_tasks
+        """Launch no more than this many tasks in all (None: no limit)."""
         self.launched = 0
         self.running = 0
         self.finished = 0
@@ -72,20 +82,29 @@ class EmulatedScheduler(Scheduler):
         self._ids = 0
         self._live: set[str] = set()
         self._ended: dict[str, str] = {}
+        self._suppressed = False
 
     def resource_offers(self, driver: SchedulerDriver, offers: list[Offer]) -> None:
         per_task = self.per_task
         for offer in offers:
             self.offers += 1
-            if not per_task.fits_in(offer.resources):
+            tasks = []
+            left = offer.resources
+            while per_task.fits_in(left) and (self.tasks_per_offer == 0 or len(tasks) < self.tasks_per_offer):
+                if self.max_tasks is not None and self.launched + len(tasks) >= self.max_tasks:
+                    break
+                self._ids += 1
+                tasks.append(emulated_task(f"{self.name}-{self._ids}", offer.agent_id, per_task, self.duration()))
+                left = left - per_task
+            if not tasks:
                 self.declined += 1
                 driver.decline_offer(offer.offer_id)
-                continue
-            self._ids += 1
-            task_id = f"{self.name}-{self._ids}"
-            driver.launch_tasks(offer.offer_id,
-                                emulated_task(task_id, offer.agent_id, per_task, self.duration()))
-            self.launched += 1
+            else:
+                driver.launch_tasks(offer.offer_id, tasks)
+                self.launched += len(tasks)
+        if self.max_tasks is not None and self.launched >= self.max_tasks and not self._suppressed:
+            self._suppressed = True
+            driver.set_needs_offers(False)  # all launched: stop the master offering
 
     def status_update(self, driver: SchedulerDriver, status: TaskStatus) -> None:
         state = status.state
@@ -118,10 +137,14 @@ class EmulatedFrameworkPool:
 
     def __init__(self, master: str, count: int, per_task: str | Resources = "cpus:1;mem:1024",
                  duration: Callable[[], float] | None = None, *, name_prefix: str = "emulated",
-                 role: str = "*") -> None:
+                 role: str = "*", tasks_per_offer: int = 1, max_tasks: int | None = None) -> None:
         per = per_task if isinstance(per_task, Resources) else Resources.parse(per_task)
         duration = duration or normal_duration(30.0, 10.0)
-        self.schedulers = [EmulatedScheduler(f"{name_prefix}-{i}", per, duration) for i in range(count)]
+        self.schedulers = [
+            EmulatedScheduler(f"{name_prefix}-{i}", per, duration, tasks_per_offer=tasks_per_offer,
+                              max_tasks=max_tasks)
+            for i in range(count)
+        ]
         self.drivers = [
             SchedulerDriver(s, FrameworkInfo(name=s.name, role=role), master) for s in self.schedulers
         ]

@@ -51,6 +51,7 @@ from .framework_calls import FrameworkCalls
 from .offers import OfferBook
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, OfferRecord, TaskRecord
 from .refusals import RefuseFilters
+from .state_snapshot import StateSnapshots
 from .state_view import render_state
 from .task_calls import TaskCalls
 
@@ -101,6 +102,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self._offer_timer: asyncio.TimerHandle | None = None
         self.address = config.listen
         self.started_at = time.time()
+        self.snapshots = StateSnapshots(lambda: render_state(self), use_fork=config.render_state_in_child)
 
     # ----------------------------------------------------------- lifecycle
 
@@ -123,6 +125,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             self._timer.cancel()
         if self._offer_timer is not None:
             self._offer_timer.cancel()
+        self.snapshots.close()
         for record in [*self.frameworks.values(), *self.agents.values()]:
             for h in (getattr(record, "failover_handle", None), getattr(record, "removal_handle", None)):
                 if h is not None:
@@ -275,7 +278,10 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     # ------------------------------------------------------------------ state
 
     def request_state(self, conn: Any, request_id: int) -> None:
-        conn.remote(TOOL).state(request_id if isinstance(request_id, int) else 0, render_state(self))
+        # Rendered in a forked child, so that polling never stalls offers and
+        # updates (see state_snapshot.py).
+        rid = request_id if isinstance(request_id, int) else 0
+        self.snapshots.request(lambda text: conn.remote(TOOL).state(rid, text))
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).metrics(request_id if isinstance(request_id, int) else 0, json.dumps(self.metrics()))
@@ -297,6 +303,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             "agents": len(self.agents),
             "frameworks": len(self.frameworks),
             "tasks_running": sum(len(f.tasks) for f in self.frameworks.values()),
+            "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
         }

@@ -1,0 +1,156 @@
+"""Serving ``mezzo state`` without stalling the master.
+
+Rendering the whole state of a 50,000-agent cluster as JSON takes about a second
+of CPU. Done on the event loop, that second is a second in which no offer is
+made and no status update forwarded, and a client polling in a loop freezes the
+master (a known Apache Mesos failure). So the master forks: the child holds a
+copy-on-write image of the state *at that instant* (a consistent snapshot, for
+free), renders it, writes the JSON into a pipe and exits; the loop only reads the
+pipe as it fills and sends the answer. The master's loop pays for the fork
+(milliseconds: page tables, not pages) and for copying the bytes out.
+
+Requests arriving while a snapshot is being rendered wait for that snapshot
+instead of forking again, so any number of pollers costs at most one child at
+a time. Where ``os.fork`` is missing or fails, the state is rendered inline as
+before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+from collections.abc import Callable
+
+import structlog
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+Reply = Callable[[str], None]
+
+
+class StateSnapshots:
+    """Renders ``render()`` in a forked child and hands the text to every waiter."""
+
+    def __init__(self, render: Callable[[], str], *, use_fork: bool = True) -> None:
+        self._render = render
+        self._use_fork = use_fork and hasattr(os, "fork")
+        self._waiters: list[Reply] = []
+        self._child: int | None = None
+        self._pipe: int | None = None
+        self._chunks: list[bytes] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.forks = 0
+        """Snapshots rendered in a child (for the metrics and the tests)."""
+
+    def request(self, reply: Reply) -> None:
+        """Call ``reply(state_json)`` once a snapshot taken now or a moment ago is ready."""
+        self._waiters.append(reply)
+        if self._child is not None:
+            return  # the snapshot being rendered answers this request too
+        if not self._use_fork or not self._fork():
+            self._answer(self._render())
+
+    def _fork(self) -> bool:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            log.warning("cannot fork to render the state; rendering inline", error=str(exc))
+            return False
+        if pid == 0:  # the child: render, write, vanish
+            os.close(read_fd)
+            _render_in_child(self._render, write_fd)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self.forks += 1
+        self._child, self._pipe, self._chunks, self._loop = pid, read_fd, [], loop
+        loop.add_reader(read_fd, self._readable)
+        return True
+
+    def _readable(self) -> None:
+        fd = self._pipe
+        assert fd is not None
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                return  # drained for now; more comes later
+            except OSError as exc:
+                log.warning("state snapshot pipe failed; rendering inline", error=str(exc))
+                self._finish(None)
+                return
+            if not chunk:
+                self._finish(b"".join(self._chunks))
+                return
+            self._chunks.append(chunk)
+
+    def _finish(self, data: bytes | None) -> None:
+        loop, fd, pid = self._loop, self._pipe, self._child
+        if loop is not None and fd is not None:
+            loop.remove_reader(fd)
+            os.close(fd)
+        self._pipe, self._chunks = None, []
+        status = _reap(pid)
+        self._child = None
+        if data is None or status != 0:
+            if status != 0:
+                log.warning("state snapshot child failed; rendering inline", exit_status=status)
+            self._answer(self._render())
+            return
+        self._answer(data.decode("utf-8"))
+
+    def _answer(self, text: str) -> None:
+        waiters, self._waiters = self._waiters, []
+        for reply in waiters:
+            try:
+                reply(text)
+            except Exception:  # one broken requester must not starve the others
+                log.exception("sending the state failed")
+
+    def close(self) -> None:
+        """Stop a snapshot in progress, answering nobody (the master is stopping)."""
+        if self._child is None:
+            return
+        try:
+            os.kill(self._child, signal.SIGKILL)
+        except OSError:
+            pass
+        if self._loop is not None and self._pipe is not None:
+            self._loop.remove_reader(self._pipe)
+            os.close(self._pipe)
+        _reap(self._child)
+        self._child, self._pipe, self._chunks, self._waiters = None, None, [], []
+
+
+def _render_in_child(render: Callable[[], str], fd: int) -> None:
+    """Never returns. Touches nothing shared: no logging (its locks may be held by a
+    thread that does not exist here), no event loop, no sockets, no exit handlers."""
+    status = 1
+    try:
+        gc.disable()  # a collection would write to every page of the heap
+        data = render().encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        status = 0
+    except BaseException:  # noqa: BLE001 - the parent renders inline on a non-zero exit
+        pass
+    finally:
+        os._exit(status)
+
+
+def _reap(pid: int | None) -> int:
+    """Wait for the child (it has written everything, so it is exiting); its exit status."""
+    if pid is None:
+        return 0
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 0
+    return os.waitstatus_to_exitcode(status)
