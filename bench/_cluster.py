@@ -165,6 +165,12 @@ class EmulatedCluster:
                     total[k] = total.get(k, 0) + v
         return total
 
+    def first_offer_at(self) -> float | None:
+        """``time.time()`` when the first emulated framework got its first offers."""
+        times = [em.latest.get("first_offer_at") for em in self.frameworks]
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
     def wait_allocated(self, share: float, slots: int, timeout: float) -> float:
         """Wait until ``share`` of ``slots`` task slots run; returns the seconds it took."""
         started = time.monotonic()

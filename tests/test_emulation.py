@@ -22,6 +22,7 @@ from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.emulation import (
     EmulatedAgentPool,
     EmulatedFrameworkPool,
+    EmulatedScheduler,
     emulated_task,
     normal_duration,
     run_probe,
@@ -328,3 +329,141 @@ def test_emulation_processes_report_json_lines_and_stop_on_sigterm(make_cluster,
         agents.close()
         if frameworks is not None:
             frameworks.close()
+
+
+# -- EmulatedScheduler: tasks_per_offer and max_tasks ----------------------------------
+
+
+class FakeDriver:
+    """Records what a scheduler asks of its driver."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, list]] = []
+        self.declines: list[str] = []
+        self.needs_offers: list[bool] = []
+
+    def launch_tasks(self, offer_id, tasks, filters=None):
+        self.launches.append((offer_id, list(tasks) if isinstance(tasks, list) else [tasks]))
+
+    def decline_offer(self, offer_id, filters=None):
+        self.declines.append(offer_id)
+
+    def set_needs_offers(self, needs):
+        self.needs_offers.append(needs)
+
+
+def fake_offer(i: int, resources: str) -> mezzo.Offer:
+    return mezzo.Offer(offer_id=f"offer-{i}", framework_id="f", agent_id=f"agent-{i}", hostname=f"h{i}",
+                       resources=Resources.parse(resources), attributes={}, executor_ids=[])
+
+
+def scheduler(task: str = "cpus:1;mem:64", **kw) -> EmulatedScheduler:
+    return EmulatedScheduler("s", Resources.parse(task), lambda: 600.0, **kw)
+
+
+@pytest.mark.parametrize("per_offer,expected", [(1, 1), (2, 2), (3, 3), (0, 4), (10, 4)])
+def test_tasks_per_offer_bounds_the_tasks_on_one_offer(per_offer, expected):
+    s, d = scheduler(tasks_per_offer=per_offer), FakeDriver()
+    s.resource_offers(d, [fake_offer(1, "cpus:4;mem:4096")])
+    assert len(d.launches) == 1 and d.declines == []
+    offer_id, tasks = d.launches[0]
+    assert offer_id == "offer-1" and len(tasks) == expected
+    assert {t.agent_id for t in tasks} == {"agent-1"}
+    assert len({t.task_id for t in tasks}) == expected
+    total = Resources()
+    for t in tasks:
+        total = total + t.resources
+    assert total.fits_in(Resources.parse("cpus:4;mem:4096"))
+    assert s.launched == expected and s.offers == 1 and s.declined == 0
+    assert d.needs_offers == []
+
+
+def test_filling_an_offer_is_bounded_by_every_resource():
+    s, d = scheduler("cpus:1;mem:1000", tasks_per_offer=0), FakeDriver()
+    s.resource_offers(d, [fake_offer(1, "cpus:8;mem:2500"), fake_offer(2, "cpus:0.5;mem:9000")])
+    assert [(o, len(ts)) for o, ts in d.launches] == [("offer-1", 2)]  # mem runs out first
+    assert d.declines == ["offer-2"]  # not even one task fits
+    assert s.launched == 2 and s.declined == 1 and s.offers == 2
+
+
+def test_max_tasks_launches_exactly_that_many_then_suppresses_offers_once():
+    s, d = scheduler(tasks_per_offer=0, max_tasks=6), FakeDriver()
+    s.resource_offers(d, [fake_offer(1, "cpus:4;mem:4096"), fake_offer(2, "cpus:4;mem:4096"),
+                          fake_offer(3, "cpus:4;mem:4096")])
+    assert [(o, len(ts)) for o, ts in d.launches] == [("offer-1", 4), ("offer-2", 2)]
+    assert d.declines == ["offer-3"]
+    assert s.launched == 6 and d.needs_offers == [False]
+    # Offers already on their way are declined; suppression is not asked again.
+    s.resource_offers(d, [fake_offer(4, "cpus:4;mem:4096")])
+    assert d.declines == ["offer-3", "offer-4"] and s.launched == 6
+    assert d.needs_offers == [False]
+    assert len({t.task_id for _, ts in d.launches for t in ts}) == 6
+
+
+def test_max_tasks_with_one_task_per_offer():
+    s, d = scheduler(max_tasks=3), FakeDriver()
+    for i in range(1, 6):
+        s.resource_offers(d, [fake_offer(i, "cpus:4;mem:4096")])
+        assert d.needs_offers == ([] if i < 3 else [False])
+    assert [len(ts) for _, ts in d.launches] == [1, 1, 1]
+    assert d.declines == ["offer-4", "offer-5"]
+    assert s.launched == 3
+
+
+def test_max_tasks_zero_launches_nothing():
+    s, d = scheduler(max_tasks=0), FakeDriver()
+    s.resource_offers(d, [fake_offer(1, "cpus:4;mem:4096")])
+    assert d.launches == [] and d.declines == ["offer-1"] and d.needs_offers == [False]
+
+
+def test_filling_offers_with_tasks_of_no_resources_is_refused():
+    """``tasks_per_offer=0`` with an empty ``per_task`` would fill every offer forever
+    (each task takes nothing from it): the scheduler must refuse that up front."""
+    with pytest.raises(ValueError):
+        EmulatedScheduler("s", Resources.parse("cpus:0"), lambda: 1.0, tasks_per_offer=0)
+    with pytest.raises(ValueError):
+        EmulatedScheduler("s", Resources.parse("cpus:1"), lambda: 1.0, tasks_per_offer=-1)
+
+
+def test_the_pool_passes_tasks_per_offer_and_max_tasks_on():
+    pool = EmulatedFrameworkPool("127.0.0.1:1", 2, TASK, lambda: 1.0, tasks_per_offer=0, max_tasks=7)
+    assert [(s.tasks_per_offer, s.max_tasks) for s in pool.schedulers] == [(0, 7), (0, 7)]
+
+
+def test_tasks_per_offer_zero_fills_a_real_agent_from_one_offer(make_cluster, drivers):
+    cluster = make_cluster(0, master={"allocation_interval": 0.01, "refuse_seconds": 0.2})
+    with agent_pool(cluster.master, 1, "cpus:4;mem:4096") as pool:
+        s = EmulatedScheduler("fill", Resources.parse("cpus:1;mem:1024"), normal_duration(600, 1, seed=5),
+                              tasks_per_offer=0)
+        drivers(s, "fill", cluster.master)
+        wait_for(lambda: snapshot(pool) == (4, 4), 10, "the agent to run 4 tasks")
+        wait_for(lambda: s.running == 4, 5, "the framework to see them run")
+        time.sleep(0.3)  # a full agent is offered no more
+        assert (s.launched, s.offers, s.declined, s.failed) == (4, 1, 0, 0)
+        metrics = fetch_metrics(cluster.master)
+        assert metrics["tasks_running"] == 4
+        [agent] = cluster.state()["agents"]
+        assert agent["tasks"] == 4 and agent["free"] == {}, agent
+
+
+@pytest.mark.parametrize("per_offer,max_tasks", [(1, 3), (0, 6)])
+def test_max_tasks_stops_launching_and_stops_the_offers(make_cluster, drivers, per_offer, max_tasks):
+    cluster = make_cluster(0, master={"allocation_interval": 0.01, "refuse_seconds": 0.1})
+    with agent_pool(cluster.master, 2, "cpus:4;mem:4096") as pool:
+        s = EmulatedScheduler("capped", Resources.parse("cpus:1;mem:64"), normal_duration(600, 1, seed=6),
+                              tasks_per_offer=per_offer, max_tasks=max_tasks)
+        drivers(s, "capped", cluster.master)
+        wait_for(lambda: s.launched >= max_tasks, 10, f"{max_tasks} launches")
+        wait_for(lambda: [f["active"] for f in cluster.state()["frameworks"]] == [False], 5,
+                 "the master to see the framework suppress offers")
+        wait_for(lambda: snapshot(pool) == (max_tasks, max_tasks), 5, "the agents to run them")
+        time.sleep(0.1)  # offers already on their way arrive
+        offers = s.offers
+        # Free resources are left and refusals last 0.1 s: without the suppression
+        # the master would offer them about ten times a second.
+        time.sleep(1.0)
+        assert s.offers == offers, "offers kept coming after max_tasks"
+        assert s.launched == max_tasks and s.failed == 0
+        assert snapshot(pool) == (max_tasks, max_tasks)
+        metrics = fetch_metrics(cluster.master)
+        assert metrics["tasks_running"] == max_tasks and metrics["offers_outstanding"] == 0

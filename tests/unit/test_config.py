@@ -344,3 +344,36 @@ def test_utf8_file_with_non_ascii_text(tmp_path):
     p = tmp_path / "utf8.toml"
     p.write_bytes('[agent]\nhostname = "bücher-ü"\n'.encode())
     assert load(p).agent.hostname == "bücher-ü"
+
+
+# ----------------------------------------------------------- master.render_state_in_child
+
+
+def test_render_state_in_child_defaults_to_true():
+    assert Config().master.render_state_in_child is True
+    assert from_dict({}).master.render_state_in_child is True
+    assert from_dict({"master": {}}).master.render_state_in_child is True
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_render_state_in_child_loads_a_boolean(tmp_path, value):
+    text = f"[master]\nrender_state_in_child = {'true' if value else 'false'}\n"
+    c = load(write(tmp_path, text))
+    assert c.master.render_state_in_child is value
+    assert load(None, {"master.render_state_in_child": value}).master.render_state_in_child is value
+
+
+@pytest.mark.parametrize("toml_value", ['"yes"', '"false"', "1", "0", "1.0", "[]"])
+def test_render_state_in_child_must_be_true_or_false(tmp_path, toml_value):
+    p = write(tmp_path, f"[master]\nrender_state_in_child = {toml_value}\n")
+    with pytest.raises(ConfigError) as ei:
+        load(p)
+    err = ei.value
+    assert err.key == "master.render_state_in_child"
+    assert str(err).startswith("master.render_state_in_child:")
+    assert "expected true or false" in err.problem
+
+
+def test_render_state_in_child_yes_names_the_key_and_the_value():
+    err = key_error({"master": {"render_state_in_child": "yes"}})
+    assert str(err) == "master.render_state_in_child: expected true or false, got str 'yes'"

@@ -67,7 +67,8 @@ def _run_frameworks(args: argparse.Namespace) -> None:
         time.sleep(0.05)
     _report({"registered": pool.registered_count()})
     while not stop.wait(args.report_every):
-        _report({"registered": pool.registered_count(), **pool.counts()})
+        _report({"registered": pool.registered_count(), **pool.counts(),
+                 "first_offer_at": pool.first_offer_at()})
     pool.stop()
 
 

@@ -83,8 +83,12 @@ class EmulatedScheduler(Scheduler):
         self._live: set[str] = set()
         self._ended: dict[str, str] = {}
         self._suppressed = False
+        self.first_offer_at: float | None = None
+        """``time.time()`` of the first offers (the throughput benchmark's clock)."""
 
     def resource_offers(self, driver: SchedulerDriver, offers: list[Offer]) -> None:
+        if self.first_offer_at is None:
+            self.first_offer_at = time.time()
         per_task = self.per_task
         for offer in offers:
             self.offers += 1
@@ -169,6 +173,11 @@ class EmulatedFrameworkPool:
             out["declined"] += s.declined
             out["duplicates"] += s.duplicates
         return out
+
+    def first_offer_at(self) -> float | None:
+        """When the first of these frameworks got its first offers (``time.time()``)."""
+        times = [s.first_offer_at for s in self.schedulers if s.first_offer_at is not None]
+        return min(times) if times else None
 
     def stop(self) -> None:
         for driver in self.drivers:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 from collections.abc import Callable
@@ -50,7 +51,7 @@ class StateSnapshots:
         if self._child is not None:
             return  # the snapshot being rendered answers this request too
         if not self._use_fork or not self._fork():
-            self._answer(self._render())
+            self._answer(self._render_inline())
 
     def _fork(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -100,9 +101,18 @@ class StateSnapshots:
         if data is None or status != 0:
             if status != 0:
                 log.warning("state snapshot child failed; rendering inline", exit_status=status)
-            self._answer(self._render())
+            self._answer(self._render_inline())
             return
         self._answer(data.decode("utf-8"))
+
+    def _render_inline(self) -> str:
+        """The state rendered here; a failure answers every waiter with an error object
+        rather than leaving them to wait for the next snapshot."""
+        try:
+            return self._render()
+        except Exception as exc:  # a bug in rendering must not wedge the waiters
+            log.exception("rendering the state failed")
+            return json.dumps({"error": f"rendering the state failed: {exc!r}"})
 
     def _answer(self, text: str) -> None:
         waiters, self._waiters = self._waiters, []

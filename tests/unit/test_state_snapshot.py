@@ -1,0 +1,383 @@
+"""StateSnapshots driven directly on an event loop: the state is rendered in a forked
+child, requests arriving meanwhile share that one snapshot, a failing child falls back
+to rendering inline, close() kills the child, and nothing leaks (fds, zombies)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+import structlog.testing
+from mezzo.master.state_snapshot import StateSnapshots
+
+
+def run(coro, timeout: float = 10.0):
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+class Replies:
+    """A reply callback recording every text it gets; ``await wait(n)`` for n of them."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, text: str) -> None:
+        self.texts.append(text)
+        self._changed.set()
+
+    async def wait(self, n: int = 1, timeout: float = 5.0) -> list[str]:
+        async def until() -> None:
+            while len(self.texts) < n:
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(until(), timeout)
+        return self.texts
+
+
+def pid_render(child_sleep: float = 0.0):
+    """A render returning the pid it ran in; sleeps ``child_sleep`` seconds when in a child."""
+    parent = os.getpid()
+
+    def render() -> str:
+        if os.getpid() != parent:
+            time.sleep(child_sleep)
+        return str(os.getpid())
+
+    return render
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def assert_reaped(pid: int) -> None:
+    """``pid`` is no child of ours any more: neither running nor a zombie."""
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# ----------------------------------------------------------- rendering in a child
+
+
+def test_the_reply_is_what_render_returned_in_a_child():
+    parent = os.getpid()
+    # Several MiB of non-ASCII text: many pipe reads, UTF-8 sequences split between them.
+    body = "état ☃ 状態 " * 300_000
+
+    def render() -> str:
+        return f"{os.getpid()}|{body}"
+
+    async def main():
+        snaps = StateSnapshots(render)
+        replies = Replies()
+        snaps.request(replies)
+        assert replies.texts == [], "answered synchronously: nothing was forked"
+        assert snaps.forks == 1
+        return snaps, await replies.wait()
+
+    snaps, texts = run(main())
+    assert len(texts) == 1
+    pid, _, rest = texts[0].partition("|")
+    assert rest == body
+    assert int(pid) != parent, "render ran in the parent"
+    assert snaps.forks == 1
+    assert_reaped(int(pid))
+
+
+def test_the_loop_keeps_running_while_the_child_renders():
+    async def main():
+        snaps = StateSnapshots(pid_render(child_sleep=0.5))
+        replies = Replies()
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+        started = time.monotonic()
+        snaps.request(replies)
+        await replies.wait()
+        took = time.monotonic() - started
+        t.cancel()
+        return took, ticks
+
+    took, ticks = run(main())
+    assert took >= 0.45
+    assert ticks >= 10, f"the loop turned only {ticks} times in {took:.2f} s"
+
+
+def test_requests_during_a_render_share_its_snapshot_and_later_ones_fork_again():
+    parent = os.getpid()
+
+    async def main():
+        snaps = StateSnapshots(pid_render(child_sleep=0.5))
+        waiting = [Replies() for _ in range(3)]
+        snaps.request(waiting[0])
+        await asyncio.sleep(0.1)
+        snaps.request(waiting[1])  # the child is still rendering: no second fork
+        await asyncio.sleep(0.1)
+        snaps.request(waiting[2])
+        assert snaps.forks == 1
+        first = [(await r.wait())[0] for r in waiting]
+        assert snaps.forks == 1
+        later = Replies()
+        snaps.request(later)  # the first snapshot is done: a new one
+        assert snaps.forks == 2
+        second = (await later.wait())[0]
+        await asyncio.sleep(0.1)
+        return snaps, waiting, first, second
+
+    snaps, waiting, first, second = run(main())
+    assert len(set(first)) == 1, f"waiters got different snapshots: {first}"
+    assert all(len(r.texts) == 1 for r in waiting), "a waiter was answered twice"
+    assert int(first[0]) != parent and int(second) != parent
+    assert second != first[0], "the later request got the old snapshot"
+    assert snaps.forks == 2
+
+
+def test_without_fork_the_state_is_rendered_inline_and_synchronously():
+    parent = os.getpid()
+    calls = []
+
+    def render() -> str:
+        calls.append(os.getpid())
+        return f"inline {len(calls)}"
+
+    snaps = StateSnapshots(render, use_fork=False)
+    got: list[str] = []
+    snaps.request(got.append)  # no event loop needed either
+    assert got == ["inline 1"]
+    snaps.request(got.append)
+    assert got == ["inline 1", "inline 2"]
+    assert calls == [parent, parent]
+    assert snaps.forks == 0
+
+    async def on_a_loop():
+        snaps.request(got.append)
+        assert got[-1] == "inline 3"  # before request() returned
+
+    run(on_a_loop())
+    assert snaps.forks == 0
+
+
+# ----------------------------------------------------------- failures
+
+
+def test_when_fork_fails_the_state_is_rendered_inline(monkeypatch):
+    parent = os.getpid()
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    async def main():
+        snaps = StateSnapshots(pid_render())
+        before = open_fds()
+        monkeypatch.setattr(os, "fork", no_fork)
+        got: list[str] = []
+        with structlog.testing.capture_logs() as logs:
+            snaps.request(got.append)
+        assert got == [str(parent)], "not answered inline at once"
+        assert open_fds() == before, "the pipe made for the child was left open"
+        monkeypatch.undo()
+        snaps.request(got.append)  # fork works again: a child renders
+        await asyncio.sleep(0)
+        deadline = time.monotonic() + 5
+        while len(got) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        return snaps, got, logs
+
+    snaps, got, logs = run(main())
+    assert got[1] != str(parent)
+    assert snaps.forks == 1
+    assert any("cannot fork" in e["event"] for e in logs), logs
+
+
+def test_without_os_fork_the_state_is_rendered_inline(monkeypatch):
+    monkeypatch.delattr(os, "fork")
+    snaps = StateSnapshots(lambda: "inline")
+    got: list[str] = []
+    snaps.request(got.append)
+    assert got == ["inline"] and snaps.forks == 0
+
+
+def child_fails_by(how: str):
+    parent = os.getpid()
+
+    def render() -> str:
+        if os.getpid() != parent:
+            if how == "raising":
+                raise RuntimeError("cannot render in the child")
+            if how == "exiting":
+                os._exit(3)
+            if how == "being killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(5)
+        return f"inline in {os.getpid()}"
+
+    return render
+
+
+@pytest.mark.parametrize("how", ["raising", "exiting", "being killed"])
+def test_a_failing_child_falls_back_to_rendering_inline(how):
+    parent = os.getpid()
+
+    async def main():
+        snaps = StateSnapshots(child_fails_by(how))
+        a, b = Replies(), Replies()
+        with structlog.testing.capture_logs() as logs:
+            snaps.request(a)
+            snaps.request(b)
+            await a.wait()
+            await b.wait()
+        return snaps, a.texts, b.texts, logs
+
+    snaps, a, b, logs = run(main())
+    assert a == b == [f"inline in {parent}"]
+    assert snaps.forks == 1
+    assert any("rendering inline" in e["event"] for e in logs), logs
+
+
+def test_close_kills_a_rendering_child_and_answers_nobody(tmp_path):
+    marker = tmp_path / "child.pid"
+    parent = os.getpid()
+    slow = True  # read by each child as it was when it was forked
+
+    def render() -> str:
+        if os.getpid() != parent and slow:
+            marker.write_text(str(os.getpid()))
+            time.sleep(5)
+        return f"rendered by {os.getpid()}"
+
+    async def child_started(deadline: float) -> int:
+        while not (marker.exists() and marker.read_text()):
+            assert time.monotonic() < deadline, "the child never started rendering"
+            await asyncio.sleep(0.01)
+        return int(marker.read_text())
+
+    async def main():
+        nonlocal slow
+        before = open_fds()
+        snaps = StateSnapshots(render)
+        dropped = Replies()
+        snaps.request(dropped)
+        snaps.request(dropped)
+        child = await child_started(time.monotonic() + 5)
+        started = time.monotonic()
+        snaps.close()
+        took = time.monotonic() - started
+        assert_reaped(child)
+        await asyncio.sleep(0.3)  # a late answer would come now
+        assert dropped.texts == []
+        assert open_fds() == before, "close() left the pipe open"
+        # Closed is not broken: the next request forks a fresh child and only its own
+        # requester is answered (the dropped ones were forgotten, not kept for later).
+        slow = False
+        fresh = Replies()
+        snaps.request(fresh)
+        assert snaps.forks == 2
+        [text] = await fresh.wait()
+        assert text.startswith("rendered by ") and text != f"rendered by {parent}"
+        await asyncio.sleep(0.1)
+        assert dropped.texts == [], "a request dropped by close() was answered later"
+        # Once more while rendering, then twice more with nothing to close.
+        slow = True
+        marker.write_text("")
+        snaps.request(dropped)
+        second = await child_started(time.monotonic() + 5)
+        assert second != child
+        snaps.close()
+        snaps.close()
+        assert_reaped(second)
+        await asyncio.sleep(0.1)
+        assert open_fds() == before
+        return snaps, took, dropped.texts
+
+    snaps, took, texts = run(main())
+    assert took < 1.0, f"close() took {took:.2f} s"
+    assert texts == []
+    assert snaps.forks == 3
+    # No zombie of ours: waitpid(-1) finds no exited child (or no child at all).
+    try:
+        assert os.waitpid(-1, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        pass
+
+
+def test_close_without_a_child_does_nothing():
+    snaps = StateSnapshots(pid_render())
+    snaps.close()
+    assert snaps.forks == 0
+
+
+def test_a_failing_reply_does_not_stop_the_others():
+    def broken(text: str) -> None:
+        raise ConnectionResetError("the requester went away")
+
+    async def main():
+        snaps = StateSnapshots(pid_render(child_sleep=0.2))
+        first, last = Replies(), Replies()
+        with structlog.testing.capture_logs() as logs:
+            snaps.request(first)
+            snaps.request(broken)
+            snaps.request(last)
+            await first.wait()
+            await last.wait()
+        return first.texts, last.texts, logs
+
+    first, last, logs = run(main())
+    assert first == last and len(first) == 1
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["sending the state failed"]
+
+
+def test_a_failing_reply_does_not_stop_the_others_inline():
+    snaps = StateSnapshots(lambda: "s", use_fork=False)
+    got: list[str] = []
+
+    def broken(text: str) -> None:
+        raise ValueError("no")
+
+    with structlog.testing.capture_logs():
+        snaps.request(broken)  # must not raise into the master's dispatch
+    snaps.request(got.append)
+    assert got == ["s"]
+
+
+# ----------------------------------------------------------- leaks
+
+
+def test_no_file_descriptors_or_zombies_are_left_behind():
+    async def main():
+        snaps = StateSnapshots(pid_render())
+        before = open_fds()
+        pids = []
+        for _ in range(5):
+            replies = Replies()
+            snaps.request(replies)
+            snaps.request(replies)
+            pids.append(int((await replies.wait(2))[0]))
+        failing = StateSnapshots(child_fails_by("raising"))
+        replies = Replies()
+        with structlog.testing.capture_logs():
+            failing.request(replies)
+            await replies.wait()
+        after = open_fds()
+        return snaps, before, after, pids
+
+    snaps, before, after, pids = run(main())
+    assert after == before, f"{after - before} file descriptors leaked"
+    assert snaps.forks == 5
+    assert len(set(pids)) == 5
+    for pid in pids:
+        assert_reaped(pid)
