@@ -55,7 +55,7 @@ def _run_frameworks(args: argparse.Namespace) -> None:
     pool = EmulatedFrameworkPool(args.master, args.count, args.task,
                                  normal_duration(args.duration, args.stddev, seed=args.seed),
                                  name_prefix=args.name_prefix, tasks_per_offer=args.tasks_per_offer,
-                                 max_tasks=args.max_tasks)
+                                 max_tasks=args.max_tasks, refuse_seconds=args.refuse_seconds)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # Set from another thread: Event.set() inside a handler deadlocks if the signal
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     frameworks.add_argument("--name-prefix", default="emulated", help="framework names are PREFIX-N")
     frameworks.add_argument("--tasks-per-offer", type=int, default=1,
                             help="tasks launched on one offer at most (0: as many as fit)")
+    frameworks.add_argument("--refuse-seconds", type=float, default=None,
+                            help="refuse filter sent with launches and declines (default: the master's)")
     frameworks.add_argument("--max-tasks", type=int, default=None,
                             help="tasks each framework launches in all (default: no limit)")
     args = parser.parse_args(argv)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from ..driver import Scheduler, SchedulerDriver
 from ..resources import Resources
-from ..wire.ttypes import CommandInfo, FrameworkInfo, Offer, TaskInfo, TaskState, TaskStatus
+from ..wire.ttypes import CommandInfo, Filters, FrameworkInfo, Offer, TaskInfo, TaskState, TaskStatus
 from .. import is_terminal, state_name
 
 
@@ -58,7 +58,8 @@ class EmulatedScheduler(Scheduler):
     """
 
     def __init__(self, name: str, per_task: Resources, duration: Callable[[], float], *,
-                 tasks_per_offer: int = 1, max_tasks: int | None = None) -> None:
+                 tasks_per_offer: int = 1, max_tasks: int | None = None,
+                 refuse_seconds: float | None = None) -> None:
         if tasks_per_offer < 0 or (tasks_per_offer == 0 and not per_task):
             # 0 fills the offer: with tasks of no resources that would never end.
             raise ValueError(f"tasks_per_offer must be >= 0, and 0 needs tasks with resources; "
@@ -70,6 +71,9 @@ class EmulatedScheduler(Scheduler):
         """At most this many tasks on one offer; 0 fills the offer."""
         self.max_tasks = max_tasks
         """Launch no more than this many tasks in all (None: no limit)."""
+        self.filters = None if refuse_seconds is None else Filters(refuse_seconds=refuse_seconds)
+        """Sent with launches and declines: how long the rest of an offer is refused
+        to this framework (None: the master's ``refuse_seconds``)."""
         self.launched = 0
         self.running = 0
         self.finished = 0
@@ -102,9 +106,9 @@ class EmulatedScheduler(Scheduler):
                 left = left - per_task
             if not tasks:
                 self.declined += 1
-                driver.decline_offer(offer.offer_id)
+                driver.decline_offer(offer.offer_id, self.filters)
             else:
-                driver.launch_tasks(offer.offer_id, tasks)
+                driver.launch_tasks(offer.offer_id, tasks, self.filters)
                 self.launched += len(tasks)
         if self.max_tasks is not None and self.launched >= self.max_tasks and not self._suppressed:
             self._suppressed = True
@@ -141,12 +145,13 @@ class EmulatedFrameworkPool:
 
     def __init__(self, master: str, count: int, per_task: str | Resources = "cpus:1;mem:1024",
                  duration: Callable[[], float] | None = None, *, name_prefix: str = "emulated",
-                 role: str = "*", tasks_per_offer: int = 1, max_tasks: int | None = None) -> None:
+                 role: str = "*", tasks_per_offer: int = 1, max_tasks: int | None = None,
+                 refuse_seconds: float | None = None) -> None:
         per = per_task if isinstance(per_task, Resources) else Resources.parse(per_task)
         duration = duration or normal_duration(30.0, 10.0)
         self.schedulers = [
             EmulatedScheduler(f"{name_prefix}-{i}", per, duration, tasks_per_offer=tasks_per_offer,
-                              max_tasks=max_tasks)
+                              max_tasks=max_tasks, refuse_seconds=refuse_seconds)
             for i in range(count)
         ]
         self.drivers = [
