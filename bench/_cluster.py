@@ -57,13 +57,7 @@ class Emulator:
         return self.latest
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._err.close()
 
 
@@ -210,14 +204,20 @@ class EmulatedCluster:
             em.stop()
         if self.agents is not None:
             self.agents.stop()
-        if self.master is not None and self.master.poll() is None:
-            self.master.send_signal(signal.SIGTERM)
-            try:
-                self.master.wait(20)
-            except subprocess.TimeoutExpired:
-                self.master.kill()
-                self.master.wait()
+        if self.master is not None:
+            terminate(self.master)
             self._master_log.close()
+
+
+def terminate(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not exited within ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def machine() -> str:

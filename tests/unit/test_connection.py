@@ -336,3 +336,44 @@ def test_connection_made_tolerates_unix_socket_and_missing_peer():
             assert conn.peer == "?"
 
     run(main())
+
+
+def test_connections_of_a_loop_share_one_flush_per_turn_and_a_failing_one_spares_the_rest():
+    class BrokenTransport(FakeTransport):
+        def write(self, data) -> None:
+            raise RuntimeError("transport broke")
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        scheduled = []
+        original = loop.call_soon
+
+        def counting_call_soon(callback, *args, **kwargs):
+            scheduled.append(getattr(callback, "__qualname__", repr(callback)))
+            return original(callback, *args, **kwargs)
+
+        conns = []
+        for i in range(3):
+            conn = Connection(MASTER, Handler())
+            transport = (BrokenTransport if i == 0 else FakeTransport)(conn)
+            conn.connection_made(transport)
+            conns.append((conn, transport))
+        loop.call_soon = counting_call_soon
+        try:
+            with structlog.testing.capture_logs() as logs:
+                for conn, _ in conns:
+                    conn.remote(SCHEDULER).offer_rescinded("o-1")
+                    conn.remote(SCHEDULER).offer_rescinded("o-2")
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+        finally:
+            loop.call_soon = original
+        return conns, scheduled, logs
+
+    conns, scheduled, logs = run(scenario())
+    assert scheduled.count("_Flusher._flush_all") == 1  # one callback for three connections
+    for _, transport in conns[1:]:
+        assert len(transport.writes) == 1  # both frames of the turn in one write
+    assert any(e["event"] == "flushing a connection failed" for e in logs)
+    # The broken connection can still queue and flush later turns.
+    assert conns[0][0]._flush_scheduled is False

@@ -51,12 +51,15 @@ TRAFFIC = Traffic()
 
 
 class _Flusher:
-    """Writes out every connection of one loop that queued frames during this turn."""
+    """Writes out every connection of one loop that queued frames during this turn.
 
-    __slots__ = ("_loop", "_dirty", "_scheduled")
+    It holds no reference to its loop (it is the value of a weak-keyed map from
+    loops), only to the connections waiting for the next flush.
+    """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    __slots__ = ("_dirty", "_scheduled")
+
+    def __init__(self) -> None:
         self._dirty: list["Connection"] = []
         self._scheduled = False
 
@@ -64,13 +67,16 @@ class _Flusher:
         self._dirty.append(conn)
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._flush_all)
+            conn._loop.call_soon(self._flush_all)
 
     def _flush_all(self) -> None:
         dirty, self._dirty = self._dirty, []
         self._scheduled = False
         for conn in dirty:
-            conn._flush()
+            try:
+                conn._flush()
+            except Exception:  # one broken transport must not leave the others unflushed
+                log.exception("flushing a connection failed", peer=conn.peer)
 
 
 _flushers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher]" = weakref.WeakKeyDictionary()
@@ -79,7 +85,7 @@ _flushers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher]" = we
 def _flusher_of(loop: asyncio.AbstractEventLoop) -> _Flusher:
     flusher = _flushers.get(loop)
     if flusher is None:
-        flusher = _flushers[loop] = _Flusher(loop)
+        flusher = _flushers[loop] = _Flusher()
     return flusher
 
 
