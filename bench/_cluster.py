@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mezzo.state_client import fetch_metrics
+from mezzo.state_client import MasterUnreachable, fetch_metrics
 from mezzo.testing import free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -88,7 +88,7 @@ class EmulatedCluster:
         self.agents: Emulator | None = None
         self.frameworks: list[Emulator] = []
 
-    def __enter__(self) -> "EmulatedCluster":
+    def __enter__(self) -> EmulatedCluster:
         self.start()
         return self
 
@@ -110,7 +110,7 @@ class EmulatedCluster:
             try:
                 fetch_metrics(self.address, timeout=2)
                 break
-            except Exception:
+            except MasterUnreachable:
                 if time.monotonic() > deadline or self.master.poll() is not None:
                     raise RuntimeError(f"master did not start; see {self.workdir / 'master.log'}") from None
                 time.sleep(0.1)

@@ -127,7 +127,9 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
     ]
     names = {"fill": "as many tasks as fit per offer", "one": "one task per offer"}
     for mode, runs in results.items():
-        med = lambda k: statistics.median(r[k] for r in runs)  # noqa: E731
+        def med(key: str, runs: list[dict] = runs) -> float:
+            return statistics.median(r[key] for r in runs)
+
         each = ", ".join(f"{r['rate']:,.0f}" for r in runs)
         lines.append(
             f"| {names.get(mode, mode)} | {runs[0]['tasks']:,} | {med('seconds'):.2f} s | {med('rate'):,.0f} "

@@ -62,12 +62,12 @@ async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
     waiter = _Waiter(next(_request_ids), loop.create_future())
     try:
         conn = await asyncio.wait_for(connect(host, port, TOOL, waiter, max_frame=ANSWER_MAX_BYTES), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise MasterUnreachable(f"cannot reach the master at {host}:{port}: {exc or 'timeout'}") from None
     try:
         getattr(conn.remote(MASTER), call)(waiter.request_id)
         text = await asyncio.wait_for(waiter.future, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise MasterUnreachable(f"the master at {host}:{port} did not answer within {timeout:g} s") from None
     finally:
         conn.close()

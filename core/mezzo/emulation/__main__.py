@@ -44,7 +44,7 @@ async def _run_agents(args: argparse.Namespace) -> None:
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), args.report_every)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         _report({"registered": pool.registered_count, "running": pool.running,
                  "updates_sent": pool.updates_sent})

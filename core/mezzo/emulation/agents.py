@@ -66,11 +66,11 @@ def task_duration(task: TaskInfo) -> float:
 class EmulatedAgent:
     """One emulated agent: its identity, its tasks and its unacknowledged updates."""
 
-    def __init__(self, pool: "EmulatedAgentPool", index: int) -> None:
+    def __init__(self, pool: EmulatedAgentPool, index: int) -> None:
         self.pool = pool
         self.index = index
         self.agent_id = ""
-        self.link: "_AgentConnection | None" = None
+        self.link: _AgentConnection | None = None
         self.is_registered = False
         self.tasks: dict[tuple[str, str], TaskInfo] = {}
         self.latest: dict[tuple[str, str], TaskStatus] = {}
@@ -173,7 +173,7 @@ class _AgentConnection:
     (``kill_task``, acknowledgements) go to the agent that holds it.
     """
 
-    def __init__(self, pool: "EmulatedAgentPool", agents: list[EmulatedAgent]) -> None:
+    def __init__(self, pool: EmulatedAgentPool, agents: list[EmulatedAgent]) -> None:
         self.pool = pool
         self.agents = agents
         for a in agents:

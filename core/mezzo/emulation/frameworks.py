@@ -30,10 +30,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from .. import is_terminal, state_name
 from ..driver import Scheduler, SchedulerDriver
 from ..resources import Resources
 from ..wire.ttypes import CommandInfo, Filters, FrameworkInfo, Offer, TaskInfo, TaskState, TaskStatus
-from .. import is_terminal, state_name
 
 
 def normal_duration(mean: float, stddev: float, *, seed: int | None = None,

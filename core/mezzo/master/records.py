@@ -27,8 +27,8 @@ class FrameworkRecord:
     """Persistent filter "only agents from list L" (ids or hostnames); None = any."""
     min_free: Resources | None = None
     """Persistent filter "only agents with at least R free"; None = no minimum."""
-    offers: dict[str, "OfferRecord"] = field(default_factory=dict)
-    tasks: dict[str, "TaskRecord"] = field(default_factory=dict)
+    offers: dict[str, OfferRecord] = field(default_factory=dict)
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)
     registered_at: float = field(default_factory=time.time)
     failover_handle: Any = None
     """Timer removing the framework if its scheduler does not come back."""
@@ -48,11 +48,23 @@ class AgentRecord:
     at 50,000 agents was a fifth of the master's time (bench/fig10.py).
     """
 
-    __slots__ = ("id", "info", "conn", "total", "_free", "offers", "tasks", "executors", "_connected",
-                 "removal_handle", "registered_at", "offerable")
+    __slots__ = (
+        "_connected",
+        "_free",
+        "conn",
+        "executors",
+        "id",
+        "info",
+        "offerable",
+        "offers",
+        "registered_at",
+        "removal_handle",
+        "tasks",
+        "total",
+    )
 
     def __init__(self, id: str, info: AgentInfo, conn: Any, total: Resources, free: Resources,
-                 connected: bool = True, offerable: "dict[str, AgentRecord] | None" = None) -> None:
+                 connected: bool = True, offerable: dict[str, AgentRecord] | None = None) -> None:
         self.id = id
         self.info = info
         self.conn = conn

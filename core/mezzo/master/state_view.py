@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .master import Master
 
 
-def snapshot(master: "Master") -> dict[str, Any]:
+def snapshot(master: Master) -> dict[str, Any]:
     """The state as JSON-ready dicts."""
     now = master.now
     allocator = master.allocator
@@ -108,7 +108,7 @@ def snapshot(master: "Master") -> dict[str, Any]:
     }
 
 
-def render_state(master: "Master") -> str:
+def render_state(master: Master) -> str:
     return json.dumps(snapshot(master), sort_keys=False)
 
 

@@ -17,13 +17,13 @@ from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "TRAFFIC",
     "Connection",
     "FrameDecoder",
     "FrameTooLarge",
     "MalformedMessage",
     "Remote",
     "ServiceSchema",
-    "TRAFFIC",
     "Traffic",
     "connect",
     "parse_address",

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from thrift.protocol import fastbinary
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
@@ -42,7 +43,7 @@ _CALLS = (TMessageType.ONEWAY, TMessageType.CALL)
 class _Limits:
     """What the C decoder reads from a protocol object: its transport and bounds."""
 
-    __slots__ = ("trans", "string_length_limit", "container_length_limit")
+    __slots__ = ("container_length_limit", "string_length_limit", "trans")
 
     def __init__(self, limit: int) -> None:
         self.trans: TMemoryBuffer | None = None
@@ -51,7 +52,7 @@ class _Limits:
 
 
 class _Method:
-    __slots__ = ("name", "args_cls", "spec", "fields", "header", "values")
+    __slots__ = ("args_cls", "fields", "header", "name", "spec", "values")
 
     def __init__(self, name: str, args_cls: type) -> None:
         self.name = name

@@ -60,10 +60,10 @@ class _Flusher:
     __slots__ = ("_dirty", "_scheduled")
 
     def __init__(self) -> None:
-        self._dirty: list["Connection"] = []
+        self._dirty: list[Connection] = []
         self._scheduled = False
 
-    def add(self, conn: "Connection") -> None:
+    def add(self, conn: Connection) -> None:
         self._dirty.append(conn)
         if not self._scheduled:
             self._scheduled = True
@@ -79,7 +79,7 @@ class _Flusher:
                 log.exception("flushing a connection failed", peer=conn.peer)
 
 
-_flushers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher]" = weakref.WeakKeyDictionary()
+_flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = weakref.WeakKeyDictionary()
 
 
 def _flusher_of(loop: asyncio.AbstractEventLoop) -> _Flusher:

@@ -1,0 +1,34 @@
+"""The scale benchmarks still run: each script end to end at a toy size, writing nothing.
+
+The figures themselves come from the full runs in docs/benchmarks.md; these only keep
+the scripts (and the emulators they drive) from rotting between those runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def run_bench(script: str, *args: str, timeout: float = 120) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / script), *args, "--no-write"],
+                          check=False, capture_output=True, text=True, timeout=timeout, cwd=BENCH)
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_fig10_at_a_toy_size_measures_the_probe():
+    out = run_bench("fig10.py", "--agents", "200", "--frameworks", "10", "--runs", "1", "--settle", "0",
+                    "--probe-seconds", "1", "--task-mean", "2", "--task-stddev", "0.5")
+    assert "200 agents run 1: extra" in out
+    assert '"duplicates": 0' in out and '"tasks_failed": 0' in out
+
+
+def test_throughput_at_a_toy_size_launches_every_task():
+    out = run_bench("throughput.py", "--agents", "100", "--frameworks", "5", "--runs", "1")
+    assert "fill run 1: 800 tasks RUNNING" in out
+    assert "one run 1: 800 tasks RUNNING" in out
+    assert "0 failed" in out
