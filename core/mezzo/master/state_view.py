@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import state_name
+from ..resources import Resources
 
 if TYPE_CHECKING:
     from .master import Master
@@ -22,6 +23,7 @@ def snapshot(master: Master) -> dict[str, Any]:
     """The state as JSON-ready dicts."""
     now = master.now
     allocator = master.allocator
+    as_dict = _Dicts()
     return {
         "master": {
             "id": master.id,
@@ -39,10 +41,10 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "port": a.info.port,
                 "connected": a.connected,
                 "attributes": dict(a.info.attributes or {}),
-                "resources": a.total.to_dict(),
-                "free": a.free.to_dict(),
-                "offered": _sum(o.resources for o in a.offers.values()),
-                "used": _used(a),
+                "resources": as_dict(a.total),
+                "free": as_dict(a.free),
+                "offered": as_dict(_sum(o.resources for o in a.offers.values())),
+                "used": as_dict(_used(a)),
                 "tasks": len(a.tasks),
                 "executors": [{"framework_id": f, "executor_id": e} for (f, e) in a.executors],
             }
@@ -57,8 +59,8 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "active": f.active,
                 "dominant_share": round(allocator.dominant_share(f.id), 6),
                 "guaranteed_share": allocator.guaranteed_share(f.id).to_dict(),
-                "used": _sum(t.resources for t in f.tasks.values()),
-                "offered": _sum(o.resources for o in f.offers.values()),
+                "used": as_dict(_sum(t.resources for t in f.tasks.values())),
+                "offered": as_dict(_sum(o.resources for o in f.offers.values())),
                 "tasks": len(f.tasks),
                 "filters": {
                     "agents": sorted(f.agent_whitelist) if f.agent_whitelist is not None else None,
@@ -75,7 +77,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "framework_id": t.framework_id,
                 "agent_id": t.agent_id,
                 "state": state_name(t.state),
-                "resources": t.resources.to_dict(),
+                "resources": as_dict(t.resources),
                 "message": t.message,
             }
             for f in master.frameworks.values()
@@ -97,7 +99,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "id": o.id,
                 "framework_id": o.framework_id,
                 "agent_id": o.agent_id,
-                "resources": o.resources.to_dict(),
+                "resources": as_dict(o.resources),
                 "age_seconds": round(time.time() - o.created_at, 3),
                 "expires_in_seconds": None if o.expires_at == float("inf") else round(o.expires_at - now, 3),
             }
@@ -112,17 +114,38 @@ def render_state(master: Master) -> str:
     return json.dumps(snapshot(master), sort_keys=False)
 
 
-def _used(agent) -> dict:
+class _Dicts:
+    """``Resources.to_dict`` memoized by value for one snapshot.
+
+    At 50,000 agents and 100,000 tasks a snapshot converts some 300,000 bundles,
+    nearly all of a handful of shapes (an agent's total, a task's size); the
+    resulting dicts are shared, which ``json.dumps`` does not mind.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, dict] = {}
+
+    def __call__(self, resources: Resources) -> dict:
+        if resources.ranges:
+            return resources.to_dict()  # rare, and ranges make poor keys
+        key = tuple(resources.scalars.items())
+        out = self._seen.get(key)
+        if out is None:
+            out = self._seen[key] = resources.to_dict()
+        return out
+
+
+def _used(agent) -> Resources:
     used = agent.total - agent.free
     for o in agent.offers.values():
         used = used - o.resources
-    return used.to_dict()
+    return used
 
 
-def _sum(resources) -> dict:
-    from ..resources import Resources
-
+def _sum(resources) -> Resources:
     total = Resources()
     for r in resources:
         total = total + r
-    return total.to_dict()
+    return total
