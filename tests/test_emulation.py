@@ -241,7 +241,6 @@ def test_probe_on_a_loaded_cluster_records_its_steps_in_order(make_cluster):
         assert set(t) == {"started", "registered", "offered", "running", "finished"}
         assert t["started"] <= t["registered"] <= t["offered"] <= t["running"] <= t["finished"]
         assert t["finished"] - t["offered"] >= seconds
-        assert t["finished"] - t["started"] < seconds + 5
         assert frameworks.counts()["failed"] == 0
         assert snapshot(pool)[0] > 0  # the load was still there
     state = cluster.state()

@@ -305,7 +305,8 @@ def test_close_kills_a_rendering_child_and_answers_nobody(tmp_path):
         return snaps, took, dropped.texts
 
     snaps, took, texts = run(main())
-    assert took < 1.0, f"close() took {took:.2f} s"
+    # The child would render for 5 s: close() returning well before shows it killed it.
+    assert took < 3.0, f"close() took {took:.2f} s"
     assert texts == []
     assert snaps.forks == 3
     # No zombie of ours: waitpid(-1) finds no exited child (or no child at all).
