@@ -2,7 +2,7 @@
 #   make run    install everything, start a local cluster (master + 3 agents) and
 #               two demo frameworks sharing it; prints progress and a summary.
 #   make test   install everything and run the whole test suite.
-# Everything installs into ./.venv; system packages (thrift-compiler) via apt-get.
+# Everything installs into ./.venv; system packages (thrift-compiler, zookeeper) via apt-get.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -18,6 +18,9 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt
 	@command -v thrift >/dev/null || { echo "installing thrift-compiler (apt-get)"; \
 		apt-get install -y -q thrift-compiler >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q thrift-compiler >/dev/null); }
+	@test -f /usr/share/java/zookeeper.jar || { echo "installing zookeeper (apt-get; the tests start their own server)"; \
+		apt-get install -y -q zookeeper >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q zookeeper >/dev/null); }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(foreach d,$(DISTS),-e ./$(d)) -r requirements-dev.txt

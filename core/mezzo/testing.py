@@ -3,6 +3,8 @@
 - :class:`LocalProcessCluster`: a real cluster (master and agents) in subprocesses.
 - :class:`ScriptedCycle`: an :class:`~mezzo.hookspecs.AllocationCycle` with fixed
   agents and refusals, for unit tests of allocator plugins.
+- :class:`ZooKeeperServer`: a real standalone ZooKeeper (Debian's ``zookeeper``
+  package) on a free loopback port with a throw-away data directory.
 
 A real cluster:
 
@@ -262,3 +264,89 @@ class ScriptedCycle(AllocationCycle):
         self._free[agent_id] = Resources()
         self.offers.append((framework_id, agent_id))
         self.allocator.allocated(framework_id, res)
+
+
+ZOOKEEPER_CLASSPATH = ("/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+"""Where Debian's ``zookeeper`` package puts the server (``make setup`` installs it)."""
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper server for tests, started as a Java process.
+
+    ``tick_ms`` is small by default because the server clamps session timeouts to
+    2-20 ticks: with 200 ms ticks a 2 s session is allowed, so a test can watch a
+    crashed leader's session expire in about 2 s.
+
+        with ZooKeeperServer() as zk:
+            url = zk.url("/mezzo")          # "zk://127.0.0.1:PORT/mezzo"
+            ...
+    """
+
+    def __init__(self, workdir: Path | None = None, *, tick_ms: int = 200) -> None:
+        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="mezzo-zk-")
+        self.workdir = Path(workdir) if workdir is not None else Path(self._tmp.name)
+        self.tick_ms = tick_ms
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def url(self, path: str = "/mezzo") -> str:
+        return f"zk://{self.hosts}{path}"
+
+    def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
+        missing = [p for p in ZOOKEEPER_CLASSPATH[1:] if not Path(p).exists()]
+        if missing:
+            raise ClusterError(f"ZooKeeper is not installed ({', '.join(missing)} missing): "
+                               "run `make setup` or `apt-get install zookeeper`")
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.workdir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_ms}\ndataDir={data}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr\n"
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout={20 * self.tick_ms}\n")
+        self._log = open(self.workdir / "zookeeper.log", "wb")
+        self.process = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", ":".join(ZOOKEEPER_CLASSPATH),
+             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not self._ruok():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-2000:]
+                self.stop()
+                raise ClusterError(f"ZooKeeper did not start on {self.hosts}:\n{tail}")
+            time.sleep(0.1)
+        return self
+
+    def _ruok(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(16) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None:
+            self._log.close()
+        self.process = None
+
+    def __enter__(self) -> "ZooKeeperServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()

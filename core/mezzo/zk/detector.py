@@ -1,0 +1,94 @@
+"""Following the leading master through ZooKeeper.
+
+Agents, scheduler drivers and tools given ``zk://...`` watch the masters' election
+nodes (see :mod:`.election`) and use the address the lowest node carries. The
+watch fires on every change of the contenders, so a new leader is known as soon
+as ZooKeeper knows it.
+
+Usage::
+
+    detector = LeaderDetector("zk://127.0.0.1:2181/mezzo", on_change=print)
+    detector.start()
+    address = detector.wait_for_leader(timeout=30)    # "10.0.0.5:5050"
+    ...
+    detector.stop()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .url import ZkUrl, parse_zk_url
+
+log = structlog.get_logger("mezzo.zk", component="leader-detector")
+
+
+class LeaderDetector:
+    """The current leader of ``url``; ``on_change(address or None)`` runs on kazoo's
+    thread whenever it changes (None: no master is leading)."""
+
+    def __init__(self, url: ZkUrl | str, on_change: Callable[[str | None], None] | None = None, *,
+                 session_timeout: float = 10.0) -> None:
+        self.url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
+        self._on_change = on_change
+        self._zk = KazooClient(hosts=self.url.hosts, timeout=session_timeout)
+        self._election = self._zk.Election(self.url.election_path)
+        self._leader: str | None = None
+        self._changed = threading.Condition()
+        self._stopped = False
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Connect and start watching; :class:`TimeoutError` if ZooKeeper is unreachable."""
+        try:
+            self._zk.start(timeout=timeout)
+        except KazooTimeoutError:
+            self._zk.close()
+            raise TimeoutError(f"cannot reach ZooKeeper at {self.url.hosts} within {timeout:g} s") from None
+        self._zk.ensure_path(self.url.election_path)
+        self._zk.ChildrenWatch(self.url.election_path, self._contenders_changed)
+
+    def leader(self) -> str | None:
+        """The leading master's address, or None while nobody leads."""
+        return self._leader
+
+    def wait_for_leader(self, timeout: float, other_than: str | None = None) -> str:
+        """Block until a master leads (one other than ``other_than``, if given); its address.
+
+        Raises :class:`TimeoutError` when none does within ``timeout`` seconds.
+        """
+        with self._changed:
+            ok = self._changed.wait_for(
+                lambda: self._leader is not None and self._leader != other_than, timeout)
+            if not ok:
+                raise TimeoutError(f"no master leads {self.url} after {timeout:g} s")
+            return self._leader  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._zk.stop()
+        self._zk.close()
+
+    def _contenders_changed(self, _children: list[str]) -> bool | None:
+        if self._stopped:
+            return False  # ends the watch
+        try:
+            contenders = self._election.contenders()
+        except KazooException as exc:
+            log.info("cannot read the contenders", error=repr(exc))
+            return None
+        leader = contenders[0] if contenders else None
+        with self._changed:
+            if leader == self._leader:
+                return None
+            self._leader = leader
+            self._changed.notify_all()
+        log.info("leader changed", leader=leader, path=self.url.election_path)
+        if self._on_change is not None:
+            self._on_change(leader)
+        return None

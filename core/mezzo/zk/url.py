@@ -1,0 +1,43 @@
+"""``zk://`` addresses: the ZooKeeper ensemble and the path the masters elect under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ZkUrl:
+    hosts: str
+    """kazoo's ``hosts`` string: ``host:port,host:port``."""
+    path: str
+    """Absolute znode path, no trailing slash, e.g. ``/mezzo``."""
+
+    @property
+    def election_path(self) -> str:
+        """Where the masters' election nodes live."""
+        return f"{self.path}/leader"
+
+    def __str__(self) -> str:
+        return f"zk://{self.hosts}{self.path}"
+
+
+def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
+    """Parse ``zk://host:port[,host:port...]/path``; :class:`ConfigError` naming ``key`` if malformed."""
+    if not isinstance(text, str) or not text.startswith("zk://"):
+        raise ConfigError(key, f"expected zk://HOST:PORT[,HOST:PORT...]/PATH, got {text!r}")
+    rest = text[len("zk://"):]
+    hosts, slash, path = rest.partition("/")
+    if not hosts:
+        raise ConfigError(key, f"{text!r}: no ZooKeeper host before the path")
+    for entry in hosts.split(","):
+        host, colon, port = entry.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(key, f"{text!r}: {entry!r} is not HOST:PORT")
+    path = "/" + path.strip("/")
+    if not slash or path == "/":
+        raise ConfigError(key, f"{text!r}: a path is required (zk://HOST:PORT/mezzo), not the root")
+    if "//" in path or any(part in (".", "..") for part in path.split("/")):
+        raise ConfigError(key, f"{text!r}: {path!r} is not a valid znode path")
+    return ZkUrl(hosts=hosts, path=path)

@@ -1,0 +1,144 @@
+"""Leader election and detection against a real ZooKeeper server (Debian's package).
+
+Sessions are 2 s (the server runs 200 ms ticks), so a crashed leader's node goes
+away in about 2 s and the tests stay short.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mezzo.errors import ConfigError
+from mezzo.testing import ZooKeeperServer, wait_for
+from mezzo.zk import LeaderDetector, LeaderElection, parse_zk_url
+
+SESSION = 2.0
+
+
+@pytest.fixture
+def zk():
+    with ZooKeeperServer() as server:
+        yield server
+
+
+class Events:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.lock = threading.Lock()
+
+    def elected(self) -> None:
+        with self.lock:
+            self.log.append("elected")
+
+    def demoted(self, reason: str) -> None:
+        with self.lock:
+            self.log.append(f"demoted: {reason}")
+
+
+def contender(url: str, address: str) -> tuple[LeaderElection, Events]:
+    events = Events()
+    election = LeaderElection(url, address, on_elected=events.elected, on_demoted=events.demoted,
+                              session_timeout=SESSION)
+    return election, events
+
+
+def test_zk_urls_parse_and_bad_ones_name_the_problem():
+    url = parse_zk_url("zk://10.0.0.1:2181,10.0.0.2:2181/mezzo/prod/")
+    assert (url.hosts, url.path, url.election_path) == ("10.0.0.1:2181,10.0.0.2:2181", "/mezzo/prod",
+                                                        "/mezzo/prod/leader")
+    for bad, says in [("127.0.0.1:2181/mezzo", "expected zk://"), ("zk:///mezzo", "no ZooKeeper host"),
+                      ("zk://host/mezzo", "is not HOST:PORT"), ("zk://host:99999/m", "is not HOST:PORT"),
+                      ("zk://host:2181", "a path is required"), ("zk://host:2181/", "a path is required"),
+                      ("zk://host:2181/a/../b", "not a valid znode path")]:
+        with pytest.raises(ConfigError) as err:
+            parse_zk_url(bad, key="agent.master")
+        assert err.value.key == "agent.master" and says in str(err.value), (bad, str(err.value))
+
+
+def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(zk):
+    url = zk.url("/mezzo")
+    seen: list[str | None] = []
+    detector = LeaderDetector(url, on_change=seen.append, session_timeout=SESSION)
+    detector.start()
+    a, a_events = contender(url, "10.0.0.1:5050")
+    b, b_events = contender(url, "10.0.0.2:5050")
+    try:
+        a.start()
+        wait_for(lambda: a.is_leader, 10, "the first contender to lead")
+        b.start()
+        assert detector.wait_for_leader(10) == "10.0.0.1:5050"
+        time.sleep(0.5)
+        assert not b.is_leader and b.leader() == "10.0.0.1:5050"
+        a.stop()  # a clean exit deletes its node at once
+        assert detector.wait_for_leader(10, other_than="10.0.0.1:5050") == "10.0.0.2:5050"
+        wait_for(lambda: b.is_leader, 10, "the standby to lead")
+        assert a_events.log == ["elected", "demoted: stopping"]
+        assert b_events.log == ["elected"]
+        assert seen[0] == "10.0.0.1:5050" and seen[-1] == "10.0.0.2:5050"
+    finally:
+        b.stop()
+        detector.stop()
+
+
+CRASHING_LEADER = """
+import sys, time
+import mezzo.log
+from mezzo.zk import LeaderElection
+mezzo.log.configure("warning")
+e = LeaderElection(sys.argv[1], "10.0.0.9:5050", on_elected=lambda: print("elected", flush=True),
+                   on_demoted=lambda r: None, session_timeout=float(sys.argv[2]))
+e.start()
+time.sleep(600)
+"""
+
+
+def test_a_killed_leader_is_replaced_once_its_session_expires(zk):
+    url = zk.url("/crash")
+    proc = subprocess.Popen([sys.executable, "-c", CRASHING_LEADER, url, str(SESSION)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    standby, events = contender(url, "10.0.0.2:5050")
+    try:
+        assert proc.stdout.readline().strip() == "elected"
+        standby.start()
+        time.sleep(0.5)
+        assert not standby.is_leader
+        killed = time.monotonic()
+        os.killpg(proc.pid, signal.SIGKILL)  # no clean close: only session expiry frees the node
+        wait_for(lambda: standby.is_leader, 15, "the standby to take over")
+        took = time.monotonic() - killed
+        assert took >= SESSION * 0.5, f"took over after {took:.2f} s, before the session could expire"
+        assert events.log == ["elected"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        standby.stop()
+
+
+def test_a_leader_cut_off_from_zookeeper_steps_down_at_once(zk):
+    url = zk.url("/cut")
+    leader, events = contender(url, "10.0.0.1:5050")
+    try:
+        leader.start()
+        wait_for(lambda: leader.is_leader, 10, "election")
+        cut = time.monotonic()
+        zk.stop()  # the ensemble is gone: another master may be leading elsewhere
+        wait_for(lambda: not leader.is_leader, 10, "the leader to step down")
+        assert time.monotonic() - cut < SESSION * 2
+        assert events.log[0] == "elected" and events.log[1].startswith("demoted: ZooKeeper connection")
+    finally:
+        leader.stop()
+
+
+def test_unreachable_zookeeper_is_a_clear_timeout():
+    election = LeaderElection("zk://127.0.0.1:1/mezzo", "10.0.0.1:5050", on_elected=lambda: None,
+                              on_demoted=lambda r: None, session_timeout=SESSION)
+    with pytest.raises(TimeoutError, match="cannot reach ZooKeeper at 127.0.0.1:1"):
+        election.start(timeout=1)
