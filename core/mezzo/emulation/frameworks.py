@@ -28,12 +28,16 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from .. import is_terminal, state_name
 from ..driver import Scheduler, SchedulerDriver
 from ..resources import Resources
 from ..wire.ttypes import CommandInfo, Filters, FrameworkInfo, Offer, TaskInfo, TaskState, TaskStatus
+
+ENDED_WINDOW = 100_000
+"""Ended tasks each emulated scheduler remembers to count duplicate terminal updates."""
 
 
 def normal_duration(mean: float, stddev: float, *, seed: int | None = None,
@@ -85,7 +89,8 @@ class EmulatedScheduler(Scheduler):
         self.duplicate_examples: list[tuple[str, str, str]] = []
         self._ids = 0
         self._live: set[str] = set()
-        self._ended: dict[str, str] = {}
+        self._ended: OrderedDict[str, str] = OrderedDict()
+        """Ended task ids, newest last, bounded by ENDED_WINDOW (a load test may run for hours)."""
         self._suppressed = False
         self.first_offer_at: float | None = None
         """``time.time()`` of the first offers (the throughput benchmark's clock)."""
@@ -127,6 +132,8 @@ class EmulatedScheduler(Scheduler):
                     self.duplicate_examples.append((status.task_id, self._ended[status.task_id], status.uuid))
                 return
             self._ended[status.task_id] = status.uuid
+            if len(self._ended) > ENDED_WINDOW:
+                self._ended.popitem(last=False)
             if status.task_id in self._live:
                 self._live.discard(status.task_id)
                 self.running -= 1

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
 
+from .client import start_session
 from .url import ZkUrl, parse_zk_url
 
 log = structlog.get_logger("mezzo.zk", component="leader-detector")
@@ -45,12 +45,7 @@ class LeaderDetector:
 
     def start(self, timeout: float = 15.0) -> None:
         """Connect and start watching; :class:`TimeoutError` if ZooKeeper is unreachable."""
-        try:
-            self._zk.start(timeout=timeout)
-        except KazooTimeoutError:
-            self._zk.close()
-            raise TimeoutError(f"cannot reach ZooKeeper at {self.url.hosts} within {timeout:g} s") from None
-        self._zk.ensure_path(self.url.election_path)
+        start_session(self._zk, self.url, timeout)
         self._zk.ChildrenWatch(self.url.election_path, self._contenders_changed)
 
     def leader(self) -> str | None:

@@ -29,8 +29,8 @@ from collections.abc import Callable
 import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
+from .client import start_session
 from .url import ZkUrl, parse_zk_url
 
 log = structlog.get_logger("mezzo.zk", component="leader-election")
@@ -65,13 +65,8 @@ class LeaderElection:
 
     def start(self, timeout: float = 15.0) -> None:
         """Connect (raises :class:`TimeoutError` if ZooKeeper is unreachable) and start contending."""
-        try:
-            self._zk.start(timeout=timeout)
-        except KazooTimeoutError:
-            self._zk.close()
-            raise TimeoutError(f"cannot reach ZooKeeper at {self.url.hosts} within {timeout:g} s") from None
+        start_session(self._zk, self.url, timeout)
         self._connected.set()
-        self._zk.ensure_path(self.url.election_path)
         self._thread = threading.Thread(target=self._contend, name="mezzo-leader-election", daemon=True)
         self._thread.start()
 
