@@ -185,13 +185,20 @@ service Master {
 
   // -- from agents
   oneway void register_agent(1: AgentInfo agent),
+  /**
+   * After a lost connection or a master failover. frameworks: the FrameworkInfo
+   * of every framework with tasks or executors here, so that a new master knows
+   * their failover timeouts before their schedulers come back.
+   */
   oneway void reregister_agent(1: AgentInfo agent, 2: list<RunningTask> tasks,
-                               3: list<ExecutorInfo> executors),
+                               3: list<ExecutorInfo> executors, 4: list<FrameworkInfo> frameworks),
   oneway void status_update(1: TaskStatus status),
   oneway void executor_exited(1: string agent_id, 2: string framework_id,
                               3: string executor_id, 4: i32 exit_status, 5: string message),
   oneway void executor_to_framework(1: string agent_id, 2: string framework_id,
                                     3: string executor_id, 4: binary data),
+  /** The answer to Agent.ping: the agent (every agent on the connection) is alive. */
+  oneway void pong(),
 
   // -- from tools (mezzo state)
   oneway void request_state(1: i64 request_id),
@@ -212,6 +219,12 @@ service Scheduler {
   oneway void guaranteed_share(1: i64 request_id, 2: Resources guarantee),
   /** A fatal framework error; the driver aborts. */
   oneway void error(1: string message),
+  /**
+   * This master is not the leader (a standby, or demoted): the call was not
+   * applied. leader is the current leader's address, empty if unknown. The
+   * master closes the connection after this; the driver finds the leader again.
+   */
+  oneway void not_leader(1: string leader),
 }
 
 /** Calls an agent receives: from the master and from its executors. */
@@ -228,6 +241,16 @@ service Agent {
   oneway void shutdown_framework(1: string framework_id),
   /** Registration refused (bad resources, ...): the agent logs it and exits. */
   oneway void error(1: string message),
+  /** Health check: answer with Master.pong. An agent silent too long is declared lost. */
+  oneway void ping(),
+  /** As Scheduler.not_leader: this master does not lead; find the leader and register there. */
+  oneway void not_leader(1: string leader),
+  /**
+   * The cluster declared this agent lost (its tasks were reported TASK_LOST), so
+   * it may not come back under its id: it kills what it runs, without reporting
+   * those tasks again, and registers as a new agent.
+   */
+  oneway void reregistration_refused(1: string agent_id, 2: string message),
 
   // -- from executors
   oneway void register_executor(1: string framework_id, 2: string executor_id),

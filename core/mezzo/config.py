@@ -64,7 +64,27 @@ class MasterConfig:
     refuse_seconds: float = 5.0
     """Default refuse filter for declines and unused parts of accepted offers."""
     agent_reregister_timeout: float = 30.0
-    """Seconds a disconnected agent has to come back before its tasks are TASK_LOST."""
+    """Seconds a disconnected agent has to come back before its tasks are TASK_LOST;
+    after a failover, what an admitted agent has to re-register with the new leader."""
+    agent_ping_interval: float = 5.0
+    """An agent connection silent this long is pinged."""
+    agent_ping_timeout: float = 15.0
+    """An agent connection silent this long (no pong, nothing) is declared lost: its
+    tasks become TASK_LOST and frameworks hear ``agent_lost`` (0 = never)."""
+    zk: str = ""
+    """``zk://HOST:PORT[,HOST:PORT]/PATH``: contend for leadership with the other
+    masters there; empty = a lone master that leads from the start."""
+    zk_session_timeout: float = 10.0
+    """ZooKeeper session of the election: how long a crashed leader keeps leading
+    in ZooKeeper's eyes, so it bounds failover time (the server clamps it to
+    2-20 of its ticks)."""
+    recovery_hold_timeout: float = 10.0
+    """After a failover, offers wait until every agent the cluster admitted has
+    re-registered, at most this long, so nothing is offered twice."""
+    framework_recovery_timeout: float = 30.0
+    """After a failover, a framework known only from its agents' reports has this
+    long (or its ``failover_timeout`` if longer) to re-register before its tasks are
+    killed."""
     max_frame_bytes: int = 16 * 1024 * 1024
     """Largest message accepted; bigger frames close the connection."""
     render_state_in_child: bool = True

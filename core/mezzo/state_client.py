@@ -1,6 +1,7 @@
 """Asking a master for its state or metrics: what ``mezzo state`` and the tests use.
 
     state = fetch_state("127.0.0.1:5050")          # a dict; blocking
+    state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
     state = await fetch_state_async("127.0.0.1:5050")
     counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
 """
@@ -13,7 +14,8 @@ import json
 from typing import Any
 
 from .errors import MezzoError
-from .rpc import connect, parse_address
+from .discovery import peer_address
+from .rpc import connect
 from .services import MASTER, TOOL
 
 _request_ids = itertools.count(1)
@@ -55,9 +57,22 @@ async def fetch_metrics_async(master: str, timeout: float = 10.0) -> dict[str, A
 
 
 async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
-    if master.startswith("zk://"):
-        raise MasterUnreachable("zk:// master addresses are not supported yet; give HOST:PORT")
-    host, port = parse_address(master, 5050)
+    try:
+        target = peer_address(master, 5050)
+    except ValueError as exc:
+        raise MasterUnreachable(str(exc)) from None
+    try:
+        await asyncio.wait_for(target.start(), timeout)
+        if target.current() is None:
+            await target.changed(timeout)
+        address = target.current()
+    except TimeoutError:
+        raise MasterUnreachable(f"cannot reach ZooKeeper at {master} within {timeout:g} s") from None
+    finally:
+        target.close()
+    if address is None:
+        raise MasterUnreachable(f"no master leads {master}")
+    host, port = address
     loop = asyncio.get_running_loop()
     waiter = _Waiter(next(_request_ids), loop.create_future())
     try:

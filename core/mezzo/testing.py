@@ -106,12 +106,19 @@ class LocalProcessCluster:
     ``master`` and ``agent`` are extra keys for the ``[master]`` and ``[agent]``
     tables; ``tables`` adds whole tables (e.g. ``{"master.allocator": {"name": ...}}``).
     ``agent_resources`` is one resource string for every agent or a list, one per agent.
+
+    With ``zk`` (a ``zk://`` URL, e.g. from :class:`ZooKeeperServer`) it runs
+    ``masters`` masters named ``master-1``..., each on its own port, electing a
+    leader there; agents and :attr:`master` then use the ``zk://`` URL, and
+    :meth:`leader` names the master leading now.
     """
 
     def __init__(
         self,
         agents: int = 3,
         *,
+        masters: int = 1,
+        zk: str | None = None,
         master: Mapping[str, Any] | None = None,
         agent: Mapping[str, Any] | None = None,
         tables: Mapping[str, Mapping[str, Any]] | None = None,
@@ -122,15 +129,22 @@ class LocalProcessCluster:
         self.n_agents = agents
         self.dir = Path(directory or tempfile.mkdtemp(prefix="mezzo-cluster-"))
         self.dir.mkdir(parents=True, exist_ok=True)
+        if masters != 1 and zk is None:
+            raise ValueError("several masters need a zk:// URL to elect a leader")
         self.port = free_port()
-        self.master = f"127.0.0.1:{self.port}"
+        self.zk = zk
+        self.master_ports = {"master": self.port} if zk is None else {
+            f"master-{i}": free_port() for i in range(1, masters + 1)}
+        self.master = f"127.0.0.1:{self.port}" if zk is None else zk
+        """What agents and frameworks are given: the master's address, or the zk:// URL."""
         self.agent_resources = (
             [agent_resources] * agents if isinstance(agent_resources, str) else list(agent_resources)
         )
         if len(self.agent_resources) != agents:
             raise ValueError("agent_resources needs one entry per agent")
+        master_keys = {"listen": self.master} if zk is None else {"zk": zk}
         config = {
-            "master": {"listen": self.master, **(master or {})},
+            "master": {**master_keys, **(master or {})},
             "agent": {"master": self.master, "listen": "127.0.0.1:0", **(agent or {})},
             "log": {"level": "info", "format": "console"},
             **(tables or {}),
@@ -139,6 +153,8 @@ class LocalProcessCluster:
         self.config_path.write_text(to_toml(config))
         self.start_timeout = start_timeout
         self.procs: dict[str, subprocess.Popen] = {}
+        self.expected_dead: set[str] = set()
+        """Processes the test killed on purpose (not an error while waiting)."""
 
     # -- processes --------------------------------------------------------
 
@@ -151,11 +167,24 @@ class LocalProcessCluster:
         )
         logf.close()
         self.procs[name] = proc
+        self.expected_dead.discard(name)
         return proc
 
-    def start_master(self) -> None:
-        self._spawn("master", ["master"])
-        self._wait(lambda s: True, "the master to answer")
+    def start_master(self, name: str = "master") -> None:
+        """Start one master (with zk: ``master-1``..., or all of them for "master")."""
+        if self.zk is None:
+            self._spawn("master", ["master"])
+            self._wait(lambda s: True, "the master to answer")
+            return
+        for n in self.master_ports if name == "master" else [name]:
+            self._spawn(n, ["master", "--listen", f"127.0.0.1:{self.master_ports[n]}"])
+        self._wait(lambda s: s["master"]["leading"], "a master to lead")
+
+    def leader(self, timeout: float = 15.0) -> str:
+        """The name of the master leading now (it answers ``mezzo state`` as leader)."""
+        by_address = {f"127.0.0.1:{port}": n for n, port in self.master_ports.items()}
+        state = self._wait(lambda s: s["master"]["leading"], "a master to lead", timeout)
+        return by_address[state["master"]["address"]]
 
     def start_agent(self, i: int) -> None:
         work = self.dir / f"agent-{i}"
@@ -172,12 +201,12 @@ class LocalProcessCluster:
     def wait_for_agents(self, n: int) -> dict:
         return self._wait(lambda s: sum(a["connected"] for a in s["agents"]) >= n, f"{n} agents to register")
 
-    def _wait(self, predicate, what: str) -> dict:
-        deadline = time.monotonic() + self.start_timeout
+    def _wait(self, predicate, what: str, timeout: float | None = None) -> dict:
+        deadline = time.monotonic() + (timeout or self.start_timeout)
         last: Exception | None = None
         while time.monotonic() < deadline:
             for name, p in self.procs.items():
-                if p.poll() is not None:
+                if p.poll() is not None and name not in self.expected_dead:
                     raise ClusterError(f"{name} exited with {p.returncode} while waiting for {what}\n{self.log_tail(name)}")
             try:
                 s = fetch_state(self.master, timeout=2.0)
@@ -194,6 +223,7 @@ class LocalProcessCluster:
 
     def kill(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         p = self.procs.get(name)
+        self.expected_dead.add(name)
         if p is None or p.poll() is not None:
             return
         try:
@@ -207,7 +237,8 @@ class LocalProcessCluster:
             p.wait()
 
     def stop(self) -> None:
-        for name in [n for n in self.procs if n != "master"] + ["master"]:
+        masters = [n for n in self.procs if n.startswith("master")]
+        for name in [n for n in self.procs if n not in masters] + masters:
             self.kill(name)
 
     def log_tail(self, name: str, lines: int = 30) -> str:

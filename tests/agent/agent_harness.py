@@ -83,8 +83,9 @@ class ScriptedMaster:
         self.agent_conn = conn
         conn.remote(AGENT).registered(self.agent_id)
 
-    def reregister_agent(self, conn: Connection, info: Any, tasks: Any, executors: Any) -> None:
-        self._record(conn, "reregister_agent", info, tasks, executors)
+    def reregister_agent(self, conn: Connection, info: Any, tasks: Any, executors: Any,
+                         frameworks: Any = None) -> None:
+        self._record(conn, "reregister_agent", info, tasks, executors, frameworks)
         self.agent_conn = conn
         conn.remote(AGENT).reregistered(info.agent_id)
 

@@ -198,13 +198,14 @@ def test_reregisters_with_its_tasks_after_losing_the_master(tmp_path):
             await asyncio.sleep(1.0)  # "short" finishes while nobody listens
             master2 = await ScriptedMaster(port=port).start()
             await agent.wait_registered(5)
-            info, running, executors = master2.called("reregister_agent")[0]
+            info, running, executors, frameworks = master2.called("reregister_agent")[0]
             assert info.agent_id == "agent-1" and info.port == agent.port
             assert sorted(r.task.task_id for r in running) == ["long", "short"]
             assert {r.framework_id for r in running} == {"fw-1"}
             latest = {r.task.task_id: name(r.latest.state) for r in running}
             assert latest == {"long": "TASK_RUNNING", "short": "TASK_FINISHED"}
             assert executors == []
+            assert [f.framework_id for f in frameworks] == ["fw-1"]  # the new master learns its failover timeout
             final = await master2.wait_final("short")
             assert name(final.state) == "TASK_FINISHED"
             master2.agent.kill_task("fw-1", "long")

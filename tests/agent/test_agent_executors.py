@@ -55,7 +55,7 @@ def test_executor_gets_tasks_relays_messages_and_its_exit_fails_the_rest(tmp_pat
             await wait_until(lambda: not agent.registered.is_set())
             master = await ScriptedMaster(port=port).start()
             await agent.wait_registered(5)
-            _info, running, executors = master.called("reregister_agent")[0]
+            _info, running, executors, frameworks = master.called("reregister_agent")[0]
             assert [r.task.task_id for r in running] == ["slow"]
             assert [name(r.latest.state) for r in running] == ["TASK_RUNNING"]
             assert [(e.executor_id, e.framework_id) for e in executors] == [("exec-1", "fw-1")]

@@ -124,9 +124,10 @@ def test_start_twice_and_actions_before_start(master, cleanup):
 @pytest.mark.parametrize(
     "address, words",
     [
-        ("zk://127.0.0.1:2181/mezzo", "not supported"),
+        ("zk://127.0.0.1:2181", "a path is required"),
+        ("zk://nohostport/mezzo", "is not HOST:PORT"),
         ("", "empty"),
-        ("http://x:1", "host:port"),
+        ("http://x:1", "HOST:PORT"),
         ("h:notaport", "port"),
     ],
 )

@@ -14,9 +14,14 @@ What it does, by the message flows of ``docs/protocol.md``:
 - Registration. Dials the master and calls ``register_agent``; the master answers
   ``registered(agent_id)``. A lost connection is re-dialled every
   ``reconnect_interval`` and followed by ``reregister_agent`` carrying every task
-  the agent holds, the latest status of each and the executors running, so a
-  master that failed over rebuilds its state from us. ``error(message)`` means
-  we were refused: logged, and the agent stops.
+  the agent holds, the latest status of each, the executors running and the
+  frameworks they belong to, so a master that failed over rebuilds its state
+  from us. ``agent.master`` may be ``zk://...``: the link then follows the
+  elected leader. ``error(message)`` means we were refused: logged, and the
+  agent stops. ``reregistration_refused`` means the cluster declared us lost:
+  every container is killed (without reporting: its tasks were already reported
+  lost) and the agent registers anew under a new id. ``ping`` is answered with
+  ``pong`` so the master knows we are alive.
 - Tasks. ``run_task`` with a command runs it under the built-in command executor
   (:mod:`.command_executor`); with an executor it goes to that framework's
   executor (:mod:`.executors`). ``kill_task`` and ``shutdown_framework`` go to
@@ -45,6 +50,7 @@ import structlog
 
 from .. import is_terminal, state_name
 from ..config import AgentConfig
+from ..discovery import peer_address
 from ..errors import ConfigError, MezzoError
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
@@ -96,14 +102,12 @@ class Agent:
     def __init__(self, config: AgentConfig, plugins: Plugins | None = None) -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else load_plugins()
-        if config.master.startswith("zk://"):
-            raise ConfigError("agent.master", "zk:// master detection is not supported by the agent yet")
         try:
             self._listen = parse_address(config.listen, DEFAULT_AGENT_PORT)
         except ValueError as exc:
             raise ConfigError("agent.listen", str(exc)) from None
         try:
-            parse_address(config.master, DEFAULT_MASTER_PORT)
+            peer_address(config.master, DEFAULT_MASTER_PORT)
         except ValueError as exc:
             raise ConfigError("agent.master", str(exc)) from None
         self.containerizer = Containerizer.from_config(config, self.plugins)
@@ -136,6 +140,7 @@ class Agent:
         self._link: MasterLink | None = None
         self._background: set[asyncio.Task] = set()
         self._stopping = False
+        self._starting_over = False
         self._stop_task: asyncio.Task | None = None
 
     # -- life cycle -------------------------------------------------------
@@ -164,7 +169,10 @@ class Agent:
             on_connected=self._master_connected,
             on_lost=self._master_lost,
         )
-        self._link.start()
+        try:
+            await self._link.start()
+        except TimeoutError as exc:
+            raise MezzoError(f"agent.master: {exc}") from None
         self.log.info(
             "agent started", address=self.address, master=self._link.address,
             resources=str(self.resources), isolation=self.containerizer.names,
@@ -244,6 +252,8 @@ class Agent:
         )
 
     def _master_connected(self, conn: Connection) -> None:
+        if self._starting_over:
+            return  # registers as a new agent once the old containers are gone
         master = conn.remote(MASTER)
         if not self.agent_id:
             master.register_agent(self.agent_info())
@@ -255,8 +265,9 @@ class Agent:
         executors = [
             run.info for fw in self.frameworks.values() for run in fw.executors.values() if run.alive
         ]
+        frameworks = [fw.info for fw in self.frameworks.values() if not fw.shutting_down]
         self.log.info("re-registering with the master", tasks=len(tasks), executors=len(executors))
-        master.reregister_agent(self.agent_info(), tasks, executors)
+        master.reregister_agent(self.agent_info(), tasks, executors, frameworks)
 
     def _master_lost(self, conn: Connection) -> None:
         self.registered.clear()
@@ -278,6 +289,38 @@ class Agent:
         self.error_message = message
         if self._stop_task is None:
             self._stop_task = asyncio.get_running_loop().create_task(self.stop())
+
+    def _on_reregistration_refused(self, message: str) -> None:
+        if self._starting_over or self._stopping:
+            return
+        self.log.warning("the cluster declared this agent lost; killing its tasks and registering anew",
+                         message=message)
+        self._starting_over = True
+        self.registered.clear()
+        self.background(self._start_over(), what="starting over as a new agent")
+
+    async def _start_over(self) -> None:
+        """Kill what the lost agent ran (its frameworks were told TASK_LOST, so nothing
+        is reported again), then register under a new id."""
+        try:
+            for fid in list(self.frameworks):
+                self.shutdown_framework(fid)
+            self.updates.close()
+            self.tasks.clear()
+            deadline = time.monotonic() + self.config.kill_grace_period + STOP_TIMEOUT
+            while self.frameworks and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if self.frameworks:
+                self.log.warning("containers of the lost agent outlived their kill; registering anyway",
+                                 frameworks=sorted(self.frameworks))
+                self.frameworks.clear()
+            self.agent_id = ""
+            self.log = log
+        finally:
+            self._starting_over = False
+        conn = self._link.conn if self._link is not None else None
+        if conn is not None and not self._stopping:
+            conn.remote(MASTER).register_agent(self.agent_info())
 
     def _master(self) -> Any | None:
         """The master's stub while registered, else None (messages would be dropped)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..rpc import Connection
-from ..services import EXECUTOR
+from ..services import EXECUTOR, MASTER
 from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskStatus
 from .executors import ExecutorRun
 
@@ -78,6 +78,20 @@ class AgentService:
     def error(self, conn: Connection, message: str) -> None:
         if self._from_master(conn, "error"):
             self._agent._on_error(message or "")
+
+    def ping(self, conn: Connection) -> None:
+        if self._from_master(conn, "ping"):
+            conn.remote(MASTER).pong()
+
+    def not_leader(self, conn: Connection, leader: str) -> None:
+        if self._from_master(conn, "not_leader"):
+            # We dialled a standby: leave it, the link finds the leader.
+            self._agent.log.warning("the master we reached does not lead", leader=leader or "unknown")
+            conn.close()
+
+    def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
+        if self._from_master(conn, "reregistration_refused") and agent_id == self._agent.agent_id:
+            self._agent._on_reregistration_refused(message or "")
 
     # -- from executors
 

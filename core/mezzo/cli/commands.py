@@ -79,10 +79,9 @@ async def _serve_until_signal(*daemons: Any) -> int:
 
 
 def master(args: argparse.Namespace) -> int:
-    if args.zk:
-        raise ConfigError("--zk", "ZooKeeper leader election is not supported yet; run a single master with --listen")
     cfg = _load(args, {
         "master.listen": args.listen,
+        "master.zk": args.zk,
         "master.allocator.name": args.allocator,
         "master.allocation_interval": args.allocation_interval,
         "master.offer_timeout": args.offer_timeout,
@@ -97,8 +96,6 @@ def agent(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
     overrides.update({"agent.master": args.master, "agent.listen": args.listen})
     cfg = _load(args, overrides)
-    if cfg.agent.master.startswith("zk://"):
-        raise ConfigError("agent.master", "zk:// masters are not supported yet; give HOST:PORT")
     from ..agent import Agent
 
     daemon = Agent(cfg.agent, load_plugins())

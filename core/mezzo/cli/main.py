@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the master: tracks agents and frameworks, runs the allocator, sends offers.")
     _common(p)
     p.add_argument("--listen", metavar="HOST:PORT", help="address to bind (TOML master.listen; default 127.0.0.1:5050)")
-    p.add_argument("--zk", metavar="zk://HOST:PORT/PATH", help="contend for leadership through ZooKeeper (not yet supported)")
+    p.add_argument("--zk", metavar="zk://HOST:PORT/PATH", help="contend for leadership with the other masters registered there; standby until elected "
+                        "(TOML master.zk)")
     p.add_argument("--allocator", metavar="NAME", help="allocator component (TOML master.allocator.name; default drf)")
     p.add_argument("--allocation-interval", type=float, metavar="SECONDS",
                    help="batch allocation triggers over this long (TOML master.allocation_interval; default 0.1)")
@@ -48,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run an agent: advertises this machine's resources and runs tasks in containers.")
     _common(p)
     _agent_flags(p)
-    p.add_argument("--master", metavar="HOST:PORT", help="master to register with (TOML agent.master; default 127.0.0.1:5050)")
+    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH",
+                   help="master to register with, or the ZooKeeper its masters elect through "
+                        "(TOML agent.master; default 127.0.0.1:5050)")
     p.add_argument("--listen", metavar="HOST:PORT", help="address to bind for executors (TOML agent.listen; default 127.0.0.1:5051)")
     p.set_defaults(func=commands.agent)
 
@@ -65,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run CMD as one task (like mesos-execute): shows its state changes and output "
                                    "and exits with the task's exit status.")
     _common(p)
-    p.add_argument("--master", metavar="HOST:PORT", default=None, help="master (default 127.0.0.1:5050)")
+    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH", default=None,
+                   help="master, or the ZooKeeper its masters elect through (default 127.0.0.1:5050)")
     p.add_argument("--cpus", type=float, default=1.0, help="cpus for the task (default 1)")
     p.add_argument("--mem", type=float, default=128.0, metavar="MB", help="memory in MB (default 128)")
     p.add_argument("--name", default="mezzo-run", help="framework and task name (default mezzo-run)")
@@ -78,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the master's state (agents, frameworks with allocations and dominant "
                                    "shares, tasks, outstanding offers) as JSON.")
     _common(p)
-    p.add_argument("--master", metavar="HOST:PORT", default=None, help="master (default 127.0.0.1:5050)")
+    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH", default=None,
+                   help="master, or the ZooKeeper its masters elect through: asks the leader "
+                        "(default 127.0.0.1:5050)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)")
     p.add_argument("--metrics", action="store_true",
                    help="print only the master's counters (messages in and out, allocation cycles, CPU, memory), "

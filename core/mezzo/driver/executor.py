@@ -50,6 +50,7 @@ from typing import Any
 
 import structlog
 
+from ..discovery import FixedAddress
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address
 from ..services import AGENT, EXECUTOR
@@ -134,8 +135,7 @@ class ExecutorDriver(DriverLifecycle):
             component="executor-driver", framework=self._framework_id, executor=self._executor_id
         )
         super().__init__(
-            host,
-            port,
+            FixedAddress(host, port),
             EXECUTOR,
             _FromAgent(self),
             reconnect_interval=reconnect_interval,

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..discovery import FixedAddress, LeaderAddress
 from ..errors import MezzoError
 from ..rpc import Connection, ServiceSchema, connect
 from .runtime import SLOW_CALLBACK_SECONDS, get_runtime
@@ -70,8 +71,7 @@ class DriverLifecycle:
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        target: FixedAddress | LeaderAddress,
         schema: ServiceSchema,
         handler: Any,
         *,
@@ -81,8 +81,7 @@ class DriverLifecycle:
     ) -> None:
         if not reconnect_interval > 0:
             raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval!r}")
-        self._host = host
-        self._port = port
+        self._target = target
         self._schema = schema
         self._handler = handler
         self._reconnect_interval = float(reconnect_interval)
@@ -94,6 +93,7 @@ class DriverLifecycle:
         self._done = threading.Event()
         # Driver-thread state.
         self._conn: Connection | None = None
+        self._conn_address: tuple[str, int] | None = None
         self._dial_task: asyncio.Task | None = None
         self._held: collections.deque[tuple[str, Callable[..., None], tuple]] = collections.deque()
 
@@ -106,8 +106,8 @@ class DriverLifecycle:
 
     @property
     def peer(self) -> str:
-        """``host:port`` this driver dials."""
-        return f"{self._host}:{self._port}"
+        """What this driver dials: ``host:port``, or the ``zk://`` URL and its current leader."""
+        return str(self._target)
 
     def start(self) -> DriverStatus:
         """Begin connecting. Returns RUNNING, or the current status if already started."""
@@ -231,6 +231,16 @@ class DriverLifecycle:
             self._dial_task = self._runtime.loop.create_task(self._dial_forever())
 
     async def _dial_forever(self) -> None:
+        target = self._target
+        try:
+            await target.start()
+        except (TimeoutError, OSError) as exc:
+            self._log.error("cannot find the peer; aborting", peer=self.peer, error=str(exc))
+            self._give_up(f"cannot find the peer {self.peer}: {exc}")
+            return
+        # A new leader replaces the one we talk to: leave it, even if its
+        # connection still looks open (a demoted master may not have closed it yet).
+        target.add_listener(self._peer_moved)
         failures = 0
         lost_since = time.monotonic()
         while self._status is DriverStatus.RUNNING:
@@ -239,9 +249,13 @@ class DriverLifecycle:
                 if gone >= self._recovery_timeout:
                     self._unreachable(gone)
                     return
+            address = target.current()
+            if address is None:  # nobody leads right now: wait for ZooKeeper's news
+                await target.changed(self._reconnect_interval)
+                continue
             try:
                 conn = await asyncio.wait_for(
-                    connect(self._host, self._port, self._schema, self._handler), CONNECT_TIMEOUT
+                    connect(address[0], address[1], self._schema, self._handler), CONNECT_TIMEOUT
                 )
             except (TimeoutError, OSError) as exc:
                 failures += 1
@@ -253,7 +267,7 @@ class DriverLifecycle:
                         attempts=failures,
                         error=str(exc) or repr(exc),
                     )
-                await asyncio.sleep(self._reconnect_interval)
+                await target.changed(self._reconnect_interval)
                 continue
             if self._status is not DriverStatus.RUNNING:
                 conn.close()
@@ -262,6 +276,7 @@ class DriverLifecycle:
                 self._log.info("reached peer", peer=self.peer, attempts=failures + 1)
             failures = 0
             self._conn = conn
+            self._conn_address = address
             self._connected(conn)
             await asyncio.shield(conn.closed)
             if self._conn is conn:
@@ -271,7 +286,19 @@ class DriverLifecycle:
             lost_since = time.monotonic()
             self._log.warning("connection to peer lost; will redial", peer=self.peer)
             self._disconnected()
-            await asyncio.sleep(self._reconnect_interval)
+            if target.current() == address:
+                # The same peer again: give it a moment. A new leader is dialled at once.
+                await target.changed(self._reconnect_interval)
+
+    def _peer_moved(self, address: tuple[str, int] | None) -> None:
+        conn = self._conn
+        if conn is not None and address != self._conn_address:
+            self._log.info("the leading master changed; leaving the old one", peer=self.peer)
+            conn.close()
+
+    def _give_up(self, message: str) -> None:
+        """The peer cannot even be looked up: abort (subclasses may say more first)."""
+        self.abort()
 
     async def _shutdown(self, final: DriverStatus, options: dict) -> None:
         try:
@@ -285,6 +312,7 @@ class DriverLifecycle:
             task = self._dial_task
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
+            self._target.close()
             self._held.clear()
             try:
                 self._after_close(final)

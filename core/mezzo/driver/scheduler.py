@@ -44,9 +44,15 @@ right after ``registered``/``reregistered``. The last ``set_needs_offers`` and
 ``set_filters`` values are re-sent after every (re)registration, because a master
 that failed over knows neither.
 
+Masters: ``"host:port"`` dials one master; ``"zk://host:port/path"`` follows the
+master elected in ZooKeeper, dialling a new leader as soon as ZooKeeper names it.
+
 Error handling: a lost connection calls ``disconnected`` (if we were registered),
-then the driver redials every ``reconnect_interval`` and re-registers with its
-framework id, which the master answers with ``reregistered``. A master ``error``
+then the driver redials every ``reconnect_interval`` (at once when a new leader
+was elected) and re-registers with its framework id, which the master answers
+with ``reregistered``. A master that answers ``not_leader`` is left for the
+leader. A ZooKeeper that cannot be reached when the driver starts is fatal:
+``Scheduler.error`` is called and the driver aborts. A master ``error``
 is fatal: ``Scheduler.error`` is called and the driver aborts. An exception from a
 callback is logged and the driver carries on; from ``status_update`` it also
 withholds the acknowledgement, so the update will be delivered again.
@@ -66,7 +72,8 @@ from typing import Any
 import structlog
 
 from ..resources import InvalidResources, Resources
-from ..rpc import Connection, parse_address
+from ..discovery import FixedAddress, LeaderAddress, peer_address
+from ..rpc import Connection
 from ..services import MASTER, SCHEDULER
 from ..wire.ttypes import (
     Filters,
@@ -137,19 +144,10 @@ class Scheduler:
         """A fatal error from the master (e.g. registration refused); the driver aborts after this."""
 
 
-def parse_master(master: str) -> tuple[str, int]:
-    """``"host:port"`` to ``(host, port)``; ``zk://`` is refused with a clear :class:`ValueError`."""
-    if not isinstance(master, str) or not master.strip():
-        raise ValueError(f"master address {master!r} is empty; expected host:port")
-    text = master.strip()
-    if text.startswith("zk://"):
-        raise ValueError(
-            f"master address {text!r}: zk:// (ZooKeeper master detection) is not supported by the "
-            "scheduler driver yet; pass the leading master as host:port"
-        )
-    if "://" in text:
-        raise ValueError(f"master address {text!r}: expected host:port")
-    return parse_address(text, DEFAULT_MASTER_PORT)
+def parse_master(master: str) -> FixedAddress | LeaderAddress:
+    """``"host:port"`` or ``"zk://host:port/path"`` (follow the elected leader) to what
+    the driver dials; :class:`ValueError` naming the text when it is neither."""
+    return peer_address(master, DEFAULT_MASTER_PORT)
 
 
 class SchedulerDriver(DriverLifecycle):
@@ -169,7 +167,7 @@ class SchedulerDriver(DriverLifecycle):
         implicit_acknowledgements: bool = True,
         reconnect_interval: float = 0.5,
     ) -> None:
-        host, port = parse_master(master)
+        target = parse_master(master)
         if not isinstance(framework, FrameworkInfo):
             raise TypeError(f"framework must be a mezzo.FrameworkInfo, got {type(framework).__name__}")
         self.scheduler = scheduler
@@ -183,7 +181,7 @@ class SchedulerDriver(DriverLifecycle):
             component="scheduler-driver", framework=self._framework.name
         )
         super().__init__(
-            host, port, SCHEDULER, _FromMaster(self), reconnect_interval=reconnect_interval, log=log
+            target, SCHEDULER, _FromMaster(self), reconnect_interval=reconnect_interval, log=log
         )
         self._framework_id: str | None = self._framework.framework_id or None
         self._master_name = ""
@@ -499,6 +497,17 @@ class SchedulerDriver(DriverLifecycle):
         except InvalidResources as exc:
             waiter.set_exception(exc)
 
+    def _on_not_leader(self, conn: Connection, leader: str) -> None:
+        # Not fatal: we dialled a standby (a stale address, or the election is
+        # under way). Leave it; the dial loop finds the leader again.
+        self._log.warning("the master we reached does not lead; looking for the leader",
+                          peer=self.peer, leader=leader or "unknown")
+        conn.close()
+
+    def _give_up(self, message: str) -> None:
+        self._callback(self.scheduler, "error", message)
+        self.abort()
+
     def _on_error(self, message: str) -> None:
         self._log.error("master reported a fatal error; aborting", message=message)
         self._callback(self.scheduler, "error", message)
@@ -577,6 +586,10 @@ class _FromMaster:
     def error(self, conn: Connection, message: str) -> None:
         if self._live(conn):
             self._d._on_error(message)
+
+    def not_leader(self, conn: Connection, leader: str) -> None:
+        if self._live(conn):
+            self._d._on_not_leader(conn, leader)
 
 
 # -- argument normalisation (caller's thread, so mistakes raise where they are made) --

@@ -33,7 +33,8 @@ from typing import Any
 import structlog
 
 from ..resources import Resources
-from ..rpc import Connection, connect, parse_address
+from ..discovery import peer_address
+from ..rpc import Connection, connect
 from ..services import AGENT, MASTER
 from ..wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus
 
@@ -89,7 +90,9 @@ class EmulatedAgent:
         else:
             running = [RunningTask(framework_id=f, task=t, latest=self.latest.get((f, t.task_id)))
                        for (f, _), t in self.tasks.items()]
-            master.reregister_agent(self.info(), running, [])
+            infos = self.pool.framework_infos
+            frameworks = [infos[f] for f in {f for f, _ in self.tasks} if f in infos]
+            master.reregister_agent(self.info(), running, [], frameworks)
 
     def on_registered(self, agent_id: str) -> None:
         self.agent_id = agent_id
@@ -105,6 +108,19 @@ class EmulatedAgent:
         if self.is_registered:
             self.is_registered = False
             self.pool._registered -= 1
+
+    def start_over(self) -> None:
+        """Declared lost by the cluster: drop every task silently, as a real agent
+        kills them, and forget the id (the caller registers anew)."""
+        self.pool.running -= len(self.tasks)
+        for key in list(self.unacked):
+            self.pool.acknowledged(self, key)
+        self.tasks.clear()
+        self.latest.clear()
+        self.unacked.clear()
+        self.queued.clear()
+        self.on_lost()
+        self.agent_id = ""
 
     # -- tasks -----------------------------------------------------------
 
@@ -181,11 +197,15 @@ class _AgentConnection:
         self.by_id: dict[str, EmulatedAgent] = {}
         self.owner: dict[tuple[str, str], EmulatedAgent] = {}
         self.conn: Connection | None = None
+        self.address: tuple[str, int] | None = None
         self._awaiting_id: list[EmulatedAgent] = []
 
     async def dial(self) -> None:
-        host, port = self.pool.master
-        self.conn = await connect(host, port, AGENT, self)
+        address = self.pool.target.current()
+        if address is None:
+            raise OSError("no master leads")
+        self.address = address
+        self.conn = await connect(address[0], address[1], AGENT, self)
         master = self.conn.remote(MASTER)
         for agent in self.agents:
             if not agent.agent_id:
@@ -218,6 +238,7 @@ class _AgentConnection:
     def run_task(self, conn: Connection, framework: Any, task: TaskInfo) -> None:
         agent = self.by_id.get(task.agent_id)
         if agent is not None:
+            self.pool.framework_infos.setdefault(framework.framework_id, framework)
             self.owner[(framework.framework_id, task.task_id)] = agent
             agent.run_task(framework.framework_id, task)
 
@@ -243,6 +264,22 @@ class _AgentConnection:
 
     def error(self, conn: Connection, message: str) -> None:
         log.error("master refused an emulated agent", message=message)
+
+    def ping(self, conn: Connection) -> None:
+        conn.remote(MASTER).pong()
+
+    def not_leader(self, conn: Connection, leader: str) -> None:
+        conn.close()  # redialled at whoever leads
+
+    def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
+        agent = self.by_id.pop(agent_id, None)
+        if agent is None:
+            return
+        for key in [k for k, a in self.owner.items() if a is agent]:
+            del self.owner[key]
+        agent.start_over()
+        self._awaiting_id.append(agent)
+        agent.register(conn.remote(MASTER))
 
 
 class _TaskClock:
@@ -297,7 +334,9 @@ class EmulatedAgentPool:
     def __init__(self, master: str, count: int, resources: str = "cpus:4;mem:8192",
                  *, agents_per_connection: int = 1, dial_concurrency: int = 200,
                  redial_interval: float = 0.5) -> None:
-        self.master = parse_address(master, 5050)
+        self.target = peer_address(master, 5050)
+        self.framework_infos: dict[str, Any] = {}
+        """FrameworkInfo of every framework that ran tasks here, for re-registration."""
         self.resources = Resources.parse(resources)
         self.agents = [EmulatedAgent(self, i) for i in range(count)]
         per = max(1, agents_per_connection)
@@ -322,6 +361,8 @@ class EmulatedAgentPool:
 
     async def start(self) -> None:
         """Dial every connection, ``dial_concurrency`` at a time; registration completes later."""
+        await self.target.start()
+        self.target.add_listener(self._leader_changed)
         self._all_registered = asyncio.Event()
         sem = asyncio.Semaphore(self.dial_concurrency)
 
@@ -340,10 +381,17 @@ class EmulatedAgentPool:
         assert self._all_registered is not None, "start() first"
         await asyncio.wait_for(self._all_registered.wait(), timeout)
 
+    def _leader_changed(self, address: tuple[str, int] | None) -> None:
+        for link in self.links:
+            if link.conn is not None and link.address != address:
+                link.conn.close()  # redialled at the new leader
+
     def redial(self, link: _AgentConnection) -> None:
         async def again() -> None:
             while not self.stopping:
-                await asyncio.sleep(self.redial_interval)
+                if self.target.current() == link.address:
+                    # The same master: give it a moment. A new leader is dialled at once.
+                    await self.target.changed(self.redial_interval)
                 try:
                     await link.dial()
                     return
@@ -388,3 +436,4 @@ class EmulatedAgentPool:
         for link in self.links:
             if link.conn is not None:
                 link.conn.close()
+        self.target.close()

@@ -3,7 +3,12 @@
 Part of :class:`mezzo.master.Master` (a mixin over the master's state). An agent
 that loses its connection keeps its tasks for ``master.agent_reregister_timeout``;
 one that comes back in time is re-attached with everything it runs, one that does
-not is removed and its tasks reported TASK_LOST.
+not is removed and its tasks reported TASK_LOST. So is one that stops answering
+pings (:mod:`.health`).
+
+Whether an agent unknown to this master may re-register is the registry's call
+(:mod:`.registry`): an admitted one (after a failover) is adopted with its tasks,
+executors and frameworks; one declared lost is told to start over.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ import structlog
 from ..resources import InvalidResources, Resources
 from ..services import AGENT, SCHEDULER
 from .. import is_terminal
-from ..wire.ttypes import AgentInfo, ExecutorInfo, RunningTask, TaskState, TaskStatus
+from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState, TaskStatus
 from .records import AgentRecord, AgentTag, FrameworkTag, TaskRecord
+from .registry import REFUSE
 
 log = structlog.get_logger("mezzo.master", component="master")
 
@@ -46,6 +52,7 @@ class AgentCalls:
             conn.tag.agent_ids.add(agent_id)
         else:
             conn.tag = AgentTag(agent_id)
+        self.agent_conns.add(conn)
 
     def register_agent(self, conn: Any, agent: AgentInfo) -> None:
         total = self._check_agent(conn, agent, "register_agent")
@@ -53,11 +60,42 @@ class AgentCalls:
             return
         aid = f"{self.id}-S{next(self._agent_ids)}"
         agent.agent_id = aid
-        self._add_agent(conn, agent, total)
-        conn.remote(AGENT).registered(aid)
+        # Not offered before the registry has it: were this master to die first, the
+        # next one would refuse the agent, and tasks launched on it would be orphans.
+        record = self._add_agent(conn, agent, total, connected=False)
+
+        def admitted(ok: bool) -> None:
+            if self.agents.get(aid) is not record:
+                return  # removed meanwhile, or another leadership term
+            if not ok:
+                log.warning("agent not admitted: the registry write failed", agent=aid)
+                self._remove_agent(record, "could not be recorded in the registry", notify=False)
+                conn.close()
+                return
+            if record.conn is conn:
+                record.connected = True
+                conn.remote(AGENT).registered(aid)
+                self.request_allocation()
+
+        self.registry.admit(aid, admitted)
+
+    def pong(self, conn: Any) -> None:
+        """An agent answered a ping. Nothing to do: any message counts as a sign of
+        life (``conn.last_received``), see :mod:`.health`."""
+
+    def agent_connection_silent(self, conn: Any, silent: float) -> None:
+        """Nothing came from ``conn`` for ``silent`` seconds: its agents are lost."""
+        tag = conn.tag
+        for agent_id in sorted(tag.agent_ids) if isinstance(tag, AgentTag) else ():
+            agent = self.agents.get(agent_id)
+            if agent is not None and agent.conn is conn:
+                self._remove_agent(agent, f"no answer to pings for {silent:.1f} s")
+        conn.tag = None
+        self.agent_conns.discard(conn)
+        conn.close()
 
     def reregister_agent(self, conn: Any, agent: AgentInfo, tasks: list[RunningTask],
-                         executors: list[ExecutorInfo]) -> None:
+                         executors: list[ExecutorInfo], frameworks: list[FrameworkInfo] | None = None) -> None:
         total = self._check_agent(conn, agent, "reregister_agent")
         if total is None:
             return
@@ -84,18 +122,37 @@ class AgentCalls:
             self._attach_agent(conn, aid)
             log.info("agent re-registered", agent=aid, hostname=agent.hostname)
             self.observe.mezzo_agent_added(agent=agent)
+        elif self.registry.verdict(aid) == REFUSE:
+            # Declared lost (its tasks reported TASK_LOST), or never admitted: its
+            # tasks must not come back. It kills them and registers anew.
+            log.warning("refusing re-registration of a lost or unknown agent", agent=aid,
+                        hostname=agent.hostname, tasks=len(tasks or ()))
+            conn.remote(AGENT).reregistration_refused(
+                aid, f"agent {aid} is not admitted in this cluster (declared lost, or never registered): "
+                "kill its tasks and register as a new agent")
+            return
         else:
-            # An agent this master has not seen (the master restarted): take its word
-            # for what runs on it, so those resources are not offered twice.
+            # An admitted agent this master has not seen (failover or restart): take
+            # its word for what runs on it, so those resources are not offered twice.
             record = self._add_agent(conn, agent, total)
-            self._adopt(record, tasks or (), executors or ())
+            self._adopt(record, tasks or (), executors or (), frameworks or ())
+            self.registry.admit(aid, lambda ok: None)
+            self.recovery.agent_back(aid)
         conn.remote(AGENT).reregistered(aid)
         self.request_allocation()
 
-    def _adopt(self, agent: AgentRecord, running, executors) -> None:
-        """Record tasks and executors an agent reports. Those of frameworks that have
-        not re-registered yet stay on the agent record (their resources stay used)
-        and join their framework when it comes back (``_adopt_framework_tasks``)."""
+    def _adopt(self, agent: AgentRecord, running, executors, frameworks=()) -> None:
+        """Record tasks and executors an agent reports.
+
+        Frameworks it names that this master does not know are recovered
+        (:meth:`_recover_framework`): their tasks are theirs again at once, and their
+        schedulers have a while to come back. Tasks of frameworks the agent gave no
+        info for stay on the agent record (their resources stay used) and join their
+        framework when it registers (``_adopt_framework_tasks``)."""
+        for info in frameworks:
+            if isinstance(info, FrameworkInfo) and isinstance(info.framework_id, str) and info.framework_id:
+                if info.framework_id not in self.frameworks and info.framework_id not in self.removed_frameworks:
+                    self._recover_framework(info)
         for ex in executors:
             if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
                 continue
@@ -112,10 +169,17 @@ class AgentCalls:
                 continue
             latest = rt.latest
             state = latest.state if latest is not None and isinstance(latest.state, int) else TaskState.TASK_STAGING
-            if is_terminal(state) or (fid, t.task_id) in agent.tasks:
-                continue  # its end is still being reported; nothing to hold
+            if (fid, t.task_id) in agent.tasks:
+                continue
             res = _safe_resources(t.resources)
             tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=state)
+            if latest is not None:
+                tr.message, tr.reason = latest.message or "", latest.reason or ""
+            if is_terminal(state):
+                # Its end is still being reported: nothing to hold, but reconciliation
+                # must know how it ended.
+                self.completed_tasks.append(tr)
+                continue
             agent.tasks[(fid, t.task_id)] = tr
             agent.free = agent.free - res
             framework = self.frameworks.get(fid)
@@ -158,9 +222,9 @@ class AgentCalls:
         agent.attributes = {str(k): str(v) for k, v in (agent.attributes or {}).items()}
         return total
 
-    def _add_agent(self, conn: Any, info: AgentInfo, total: Resources) -> AgentRecord:
+    def _add_agent(self, conn: Any, info: AgentInfo, total: Resources, *, connected: bool = True) -> AgentRecord:
         record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total,
-                             offerable=self.offerable)
+                             connected=connected, offerable=self.offerable)
         self.agents[record.id] = record
         self._attach_agent(conn, record.id)
         self.allocator.add_agent(record.id, total)
@@ -169,7 +233,10 @@ class AgentCalls:
         self.request_allocation()
         return record
 
-    def _remove_agent(self, agent: AgentRecord, reason: str) -> None:
+    def _remove_agent(self, agent: AgentRecord, reason: str, *, notify: bool = True) -> None:
+        """Declare ``agent`` lost: TASK_LOST for its tasks, ``agent_lost`` to every
+        framework (unless not ``notify``: it never was registered), out of the registry."""
+        self.registry.remove(agent.id)
         self._rescind_offers(list(agent.offers.values()), notify=True)
         for task in list(agent.tasks.values()):
             self._release_task(task, agent)
@@ -183,8 +250,8 @@ class AgentCalls:
                                 executor_id=task.executor_id, framework_id=task.framework_id,
                                 timestamp=time.time())
             self.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
-            if record is not None and record.conn is not None:
-                record.conn.remote(SCHEDULER).status_update(status)
+            if record is not None:
+                self._tell_status(record, status)
         for key in list(agent.executors):
             self._release_executor(agent, key)
         self.refusals.clear_agent(agent.id)
@@ -192,7 +259,7 @@ class AgentCalls:
         self.offerable.pop(agent.id, None)
         agent.offerable = None
         self.allocator.remove_agent(agent.id, agent.total)
-        for record in self.frameworks.values():
+        for record in self.frameworks.values() if notify else ():
             if record.conn is not None:
                 record.conn.remote(SCHEDULER).agent_lost(agent.id)
         log.warning("agent removed", agent=agent.id, reason=reason)

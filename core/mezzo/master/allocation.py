@@ -171,3 +171,4 @@ class AllocationTimer:
             if h is not None:
                 h.cancel()
         self._handle = self._wakeup = None
+        self._wakeup_at = float("inf")

@@ -90,9 +90,38 @@ class FrameworkCalls:
         conn.tag = FrameworkTag(record.id)
         if record.active:
             self.allocator.activate(record.id)
-        log.info("framework re-registered", framework=record.id)
-        conn.remote(SCHEDULER).reregistered(record.id, self.address)
+        log.info("framework re-registered", framework=record.id, held_updates=len(record.held_updates))
+        scheduler = conn.remote(SCHEDULER)
+        scheduler.reregistered(record.id, self.address)
+        held, record.held_updates = record.held_updates, {}
+        for status in held.values():
+            scheduler.status_update(status)
         self.request_allocation()
+
+    def _recover_framework(self, info: FrameworkInfo) -> FrameworkRecord:
+        """A framework known only from an agent's report (this master is new): keep its
+        tasks its own until its scheduler re-registers, for ``failover_timeout`` or
+        ``master.framework_recovery_timeout``, whichever is longer."""
+        fid = info.framework_id
+        info.role = info.role if isinstance(info.role, str) and info.role else "*"
+        record = FrameworkRecord(id=fid, info=info, conn=None)
+        self.frameworks[fid] = record
+        self.allocator.add_framework(fid, info)
+        self.allocator.deactivate(fid)
+        failover = info.failover_timeout if isinstance(info.failover_timeout, (int, float)) else 0.0
+        timeout = max(failover if math.isfinite(failover) else 0.0, self.config.framework_recovery_timeout)
+        if self._loop is not None:
+            record.failover_handle = self._loop.call_later(timeout, self._failover_expired, fid)
+        log.info("framework recovered from an agent's report; awaiting its scheduler", framework=fid,
+                 name=info.name, timeout=timeout)
+        return record
+
+    def _tell_status(self, record: FrameworkRecord, status: Any) -> None:
+        """Send ``status`` to the framework's scheduler, or hold it until one connects."""
+        if record.conn is not None:
+            record.conn.remote(SCHEDULER).status_update(status)
+        else:
+            record.held_updates[status.uuid or f"master:{status.task_id}"] = status
 
     def _framework_of(self, conn: Any, framework_id: Any, call: str) -> FrameworkRecord | None:
         """The framework registered on ``conn``, if ``framework_id`` names it; else answer an error."""

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import resource
+import socket
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -42,15 +43,21 @@ from ..config import MasterConfig
 from ..heap import tune_gc
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
+from ..errors import MezzoError
 from ..rpc import TRAFFIC, parse_address, serve
 from ..services import MASTER, SCHEDULER, TOOL
 from ..wire.ttypes import Filters, Offer
+from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from .agent_calls import AgentCalls
 from .allocation import AllocationTimer, Cycle
 from .framework_calls import FrameworkCalls
+from .health import AgentHealth
+from .leadership import LeaderGate
 from .offers import OfferBook
+from .recovery import Recovery
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, OfferRecord, TaskRecord
 from .refusals import RefuseFilters
+from .registry import MemoryRegistry, ZkRegistry
 from .state_snapshot import StateSnapshots
 from .state_view import render_state
 from .task_calls import TaskCalls
@@ -65,9 +72,41 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self.config = config
         self.plugins = plugins
         self.observe = plugins.observe
-        self.id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         check_settings_tables(plugins, "allocator", config.allocator.settings, "master.allocator")
         check_settings_tables(plugins, "offer_filter", config.offer_filter_settings, "master.offer_filter")
+        self.zk_url = parse_zk_url(config.zk, "master.zk") if config.zk else None
+        self.leading = False
+        """True while this master leads: from start() for a lone master, while elected with zk."""
+        self.leader_address = ""
+        """The leading master's address as far as we know ("" while unknown)."""
+        self.registry: MemoryRegistry | ZkRegistry = MemoryRegistry()
+        self.gate = LeaderGate(self)
+        self.cycles = 0
+        self.cycle_seconds = 0.0
+        self.offers_made = 0
+        self.terms = 0
+        """How many times this process became the leader."""
+        self._server: asyncio.base_events.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: AllocationTimer | None = None
+        self._offer_timer: asyncio.TimerHandle | None = None
+        self._health: AgentHealth | None = None
+        self._election: LeaderElection | None = None
+        self._detector: LeaderDetector | None = None
+        self.address = config.listen
+        self.started_at = time.time()
+        self.snapshots = StateSnapshots(lambda: render_state(self), use_fork=config.render_state_in_child)
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        """Forget everything: a new leadership term rebuilds it from re-registrations.
+
+        The allocator and offer filters are made anew too, since they keep their own
+        view of frameworks and agents. A new master id keeps the ids of agents,
+        frameworks and offers made in this term apart from those of earlier terms.
+        """
+        config, plugins = self.config, self.plugins
+        self.id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         name = config.allocator.name
         self.allocator = plugins.registry.create(
             "allocator", name, config.allocator.selected_settings(),
@@ -91,45 +130,127 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
         """Ids of frameworks removed by this master, with why (bounded)."""
         self.last_cycle: dict[str, Any] = {}
-        self.cycles = 0
-        self.cycle_seconds = 0.0
-        self.offers_made = 0
+        self.recovery = Recovery()
+        """Agents awaited after a failover; offers are held while it lasts."""
+        self.agent_conns: set[Any] = set()
+        """Connections carrying agents, for the health check."""
         self._framework_ids = itertools.count(0)
         self._agent_ids = itertools.count(0)
-        self._server: asyncio.base_events.Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: AllocationTimer | None = None
-        self._offer_timer: asyncio.TimerHandle | None = None
-        self.address = config.listen
-        self.started_at = time.time()
-        self.snapshots = StateSnapshots(lambda: render_state(self), use_fork=config.render_state_in_child)
 
     # ----------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Bind ``config.listen`` (port 0 picks a free port; see ``.address``)."""
-        self._loop = asyncio.get_running_loop()
-        self._timer = AllocationTimer(self._loop, self.config.allocation_interval, self._allocate)
+        """Bind ``config.listen`` (port 0 picks a free port; see ``.address``), then lead
+        (a lone master) or contend for leadership through ``config.zk``.
+
+        Raises :class:`~mezzo.errors.MezzoError` naming ``master.zk`` when ZooKeeper
+        cannot be reached.
+        """
+        self._loop = loop = asyncio.get_running_loop()
+        self._timer = AllocationTimer(loop, self.config.allocation_interval, self._allocate)
         host, port = parse_address(self.config.listen, 5050)
-        self._server = await serve(host, port, MASTER, self, max_frame=self.config.max_frame_bytes)
+        handler = self.gate if self.zk_url is not None else self
+        self._server = await serve(host, port, MASTER, handler, max_frame=self.config.max_frame_bytes)
         bound = self._server.sockets[0].getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
+        if bound[0] in ("0.0.0.0", "::", ""):
+            # What others must dial, published in ZooKeeper and sent to schedulers.
+            self.address = f"{socket.getfqdn()}:{bound[1]}"
         tune_gc()
-        log.info("master started", address=self.address, master_id=self.id,
-                 allocator=self.config.allocator.name)
+        log.info("master started", address=self.address, allocator=self.config.allocator.name,
+                 zk=str(self.zk_url) if self.zk_url else None)
+        if self.zk_url is None:
+            self._become_leader()
+            return
+        try:
+            await loop.run_in_executor(None, self._contend)
+        except TimeoutError as exc:
+            await self.stop()
+            raise MezzoError(f"master.zk: {exc}") from None
+
+    def _contend(self) -> None:
+        """Join the election (blocking, off the loop): standby until elected."""
+        url, loop = self.zk_url, self._loop
+        self._detector = LeaderDetector(url, on_change=lambda leader: loop.call_soon_threadsafe(
+            self._leader_is, leader or ""), session_timeout=self.config.zk_session_timeout)
+        self._detector.start()
+        self._election = LeaderElection(url, self.address, on_elected=self._elected,
+                                        on_demoted=self._demoted,
+                                        session_timeout=self.config.zk_session_timeout)
+        self.registry = ZkRegistry(self._election.client, url.path, loop.call_soon_threadsafe)
+        self._election.start()
+
+    def _elected(self) -> None:
+        # kazoo's thread: read the admitted agents before taking over, so the loop
+        # never blocks on ZooKeeper.
+        admitted = self.registry.load()
+        self._loop.call_soon_threadsafe(self._become_leader, admitted)
+
+    def _demoted(self, reason: str) -> None:
+        self._loop.call_soon_threadsafe(self._step_down, reason)
+
+    def _leader_is(self, address: str) -> None:
+        if not self.leading or address:
+            self.leader_address = address
+
+    def _become_leader(self, admitted: set[str] | None = None) -> None:
+        if self.leading:
+            return
+        if self.terms:
+            self._fresh_state()
+        self.terms += 1
+        self.leading = True
+        self.leader_address = self.address
+        self.gate.open()
+        self._health = AgentHealth(self, self._loop)
+        self.recovery.begin(self, admitted or set())
+        log.info("leading", address=self.address, master_id=self.id,
+                 awaiting_agents=len(self.recovery.awaiting))
         self.observe.mezzo_leader_elected(master=self.address)
 
-    async def stop(self) -> None:
-        """Stop serving and close every connection."""
+    def _step_down(self, reason: str) -> None:
+        """Stop acting as leader at once: refuse calls, drop every framework and agent."""
+        if not self.leading:
+            return
+        self.leading = False
+        self.gate.close()
+        if self.leader_address == self.address:
+            self.leader_address = ""
+        self._cancel_timers()
+        for record in [*self.frameworks.values(), *self.agents.values()]:
+            conn = record.conn
+            if conn is not None:
+                conn.tag = None  # nothing of this term's state is to be updated any more
+                conn.close()
+        self._fresh_state()
+        log.warning("stepped down: no longer the leader", address=self.address, reason=reason)
+
+    def _cancel_timers(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._offer_timer is not None:
             self._offer_timer.cancel()
-        self.snapshots.close()
+            self._offer_timer = None
+        if self._health is not None:
+            self._health.stop()
+            self._health = None
+        self.recovery.cancel()
         for record in [*self.frameworks.values(), *self.agents.values()]:
             for h in (getattr(record, "failover_handle", None), getattr(record, "removal_handle", None)):
                 if h is not None:
                     h.cancel()
+
+    async def stop(self) -> None:
+        """Stop serving and close every connection (a leader steps down first)."""
+        if self._election is not None:
+            await self._loop.run_in_executor(None, self._election.stop)
+            self._election = None
+        if self._detector is not None:
+            await self._loop.run_in_executor(None, self._detector.stop)
+            self._detector = None
+        self._cancel_timers()
+        self.snapshots.close()
+        for record in [*self.frameworks.values(), *self.agents.values()]:
             if record.conn is not None:
                 record.conn.close()
         if self._server is not None:
@@ -150,6 +271,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
 
     def _allocate(self) -> None:
         """One allocation cycle: expire, let the allocator offer, send the offers."""
+        if not self.leading or self.recovery.holding:
+            return  # offers resume when recovery ends (it requests a cycle)
         started = time.perf_counter()
         now = self.now
         self.refusals.expire(now)
@@ -270,6 +393,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             if record is not None and record.conn is conn:
                 self._framework_disconnected(record)
         elif isinstance(tag, AgentTag):
+            self.agent_conns.discard(conn)
             for agent_id in list(tag.agent_ids):
                 agent = self.agents.get(agent_id)
                 if agent is not None and agent.conn is conn:

@@ -32,6 +32,9 @@ class FrameworkRecord:
     registered_at: float = field(default_factory=time.time)
     failover_handle: Any = None
     """Timer removing the framework if its scheduler does not come back."""
+    held_updates: dict[str, Any] = field(default_factory=dict)
+    """Status updates that arrived while no scheduler was connected, delivered when
+    one is (keyed by uuid, or by task for the master's own; a retry replaces itself)."""
 
     @property
     def has_filters(self) -> bool:

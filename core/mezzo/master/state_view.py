@@ -28,6 +28,11 @@ def snapshot(master: Master) -> dict[str, Any]:
         "master": {
             "id": master.id,
             "address": master.address,
+            "leading": master.leading,
+            "leader": master.leader_address,
+            "zk": str(master.zk_url) if master.zk_url is not None else None,
+            "recovering": master.recovery.holding,
+            "awaiting_agents": len(master.recovery.awaiting),
             "started_at": master.started_at,
             "allocator": master.config.allocator.name,
             "offer_filters": list(master.config.offer_filters),

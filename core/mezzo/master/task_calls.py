@@ -20,6 +20,7 @@ from ..services import AGENT, SCHEDULER
 from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
 from . import launch as launch_rules
 from .records import AgentRecord, FrameworkRecord, TaskRecord
+from .registry import REFUSE
 
 log = structlog.get_logger("mezzo.master", component="master")
 
@@ -130,8 +131,7 @@ class TaskCalls:
             if status.uuid:
                 conn.remote(AGENT).status_update_acknowledged(fid, status.task_id, status.uuid)
             return
-        if record.conn is not None:
-            record.conn.remote(SCHEDULER).status_update(status)
+        self._tell_status(record, status)
 
     def acknowledge_status_update(self, conn: Any, framework_id: str, agent_id: str, task_id: str,
                                   uuid_: str) -> None:
@@ -146,6 +146,15 @@ class TaskCalls:
         record = self._framework_of(conn, framework_id, "reconcile_tasks")
         if record is None:
             return
+        # After a failover, "unknown" may only mean "its agent has not re-registered
+        # yet": answer once recovery is over.
+        if not self.recovery.defer(lambda: self._reconcile(conn, record, statuses)):
+            self._reconcile(conn, record, statuses)
+
+    def _reconcile(self, conn: Any, record: FrameworkRecord, statuses: list[TaskStatus]) -> None:
+        """Answer the latest state this master knows of each task (every task of the
+        framework when ``statuses`` is empty), as status updates with no uuid."""
+        framework_id = record.id
         scheduler = conn.remote(SCHEDULER)
         wanted = [s.task_id for s in statuses or () if s is not None] or list(record.tasks)
         for tid in wanted:
@@ -154,16 +163,26 @@ class TaskCalls:
                 done = next((t for t in reversed(self.completed_tasks)
                              if t.framework_id == framework_id and t.id == tid), None)
                 if done is None:
-                    scheduler.status_update(TaskStatus(
-                        task_id=tid, state=TaskState.TASK_UNKNOWN, reason="reconciliation",
-                        message="the master knows no such task", source="master",
-                        framework_id=framework_id, timestamp=time.time()))
+                    scheduler.status_update(self._unknown_task_status(framework_id, tid, statuses))
                     continue
                 task = done
             scheduler.status_update(TaskStatus(
                 task_id=tid, state=task.state, reason="reconciliation", message=task.message,
                 source="master", agent_id=task.agent_id, executor_id=task.executor_id,
                 framework_id=framework_id, timestamp=time.time()))
+
+    def _unknown_task_status(self, framework_id: str, task_id: str, statuses: list[TaskStatus]) -> TaskStatus:
+        """The answer for a task this master has no record of: TASK_LOST if the agent
+        the framework names is not admitted any more, else TASK_UNKNOWN."""
+        agent_id = next((s.agent_id for s in statuses or () if s is not None and s.task_id == task_id), "")
+        if isinstance(agent_id, str) and agent_id and agent_id not in self.agents \
+                and self.registry.verdict(agent_id) == REFUSE:
+            return TaskStatus(task_id=task_id, state=TaskState.TASK_LOST, reason="agent_removed",
+                              message=f"agent {agent_id} was declared lost", source="master",
+                              agent_id=agent_id, framework_id=framework_id, timestamp=time.time())
+        return TaskStatus(task_id=task_id, state=TaskState.TASK_UNKNOWN, reason="reconciliation",
+                          message="the master knows no such task", source="master",
+                          framework_id=framework_id, timestamp=time.time())
 
     def _release_task(self, task: TaskRecord, agent: AgentRecord | None) -> None:
         """Free a task's resources: it ended, or its framework or agent went away."""

@@ -118,6 +118,8 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._flusher = _flusher_of(self._loop)
         self._remotes: dict[int, Remote] = {}
+        self.last_received = self._loop.time()
+        """Loop time of the last bytes from the peer (the master's agent health check)."""
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     # -- asyncio.Protocol -------------------------------------------------
@@ -131,6 +133,7 @@ class Connection(asyncio.Protocol):
             _set_nodelay(sock)
 
     def data_received(self, data: bytes) -> None:
+        self.last_received = self._loop.time()
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as exc:

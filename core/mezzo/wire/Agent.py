@@ -96,6 +96,36 @@ class Iface(object):
         """
         pass
 
+    def ping(self):
+        """
+        Health check: answer with Master.pong. An agent silent too long is declared lost.
+
+        """
+        pass
+
+    def not_leader(self, leader):
+        """
+        As Scheduler.not_leader: this master does not lead; find the leader and register there.
+
+        Parameters:
+         - leader
+
+        """
+        pass
+
+    def reregistration_refused(self, agent_id, message):
+        """
+        The cluster declared this agent lost (its tasks were reported TASK_LOST), so
+        it may not come back under its id: it kills what it runs, without reporting
+        those tasks again, and registers as a new agent.
+
+        Parameters:
+         - agent_id
+         - message
+
+        """
+        pass
+
     def register_executor(self, framework_id, executor_id):
         """
         Parameters:
@@ -277,6 +307,60 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def ping(self):
+        """
+        Health check: answer with Master.pong. An agent silent too long is declared lost.
+
+        """
+        self.send_ping()
+
+    def send_ping(self):
+        self._oprot.writeMessageBegin('ping', TMessageType.ONEWAY, self._seqid)
+        args = ping_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def not_leader(self, leader):
+        """
+        As Scheduler.not_leader: this master does not lead; find the leader and register there.
+
+        Parameters:
+         - leader
+
+        """
+        self.send_not_leader(leader)
+
+    def send_not_leader(self, leader):
+        self._oprot.writeMessageBegin('not_leader', TMessageType.ONEWAY, self._seqid)
+        args = not_leader_args()
+        args.leader = leader
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def reregistration_refused(self, agent_id, message):
+        """
+        The cluster declared this agent lost (its tasks were reported TASK_LOST), so
+        it may not come back under its id: it kills what it runs, without reporting
+        those tasks again, and registers as a new agent.
+
+        Parameters:
+         - agent_id
+         - message
+
+        """
+        self.send_reregistration_refused(agent_id, message)
+
+    def send_reregistration_refused(self, agent_id, message):
+        self._oprot.writeMessageBegin('reregistration_refused', TMessageType.ONEWAY, self._seqid)
+        args = reregistration_refused_args()
+        args.agent_id = agent_id
+        args.message = message
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def register_executor(self, framework_id, executor_id):
         """
         Parameters:
@@ -344,6 +428,9 @@ class Processor(Iface, TProcessor):
         self._processMap["framework_to_executor"] = Processor.process_framework_to_executor
         self._processMap["shutdown_framework"] = Processor.process_shutdown_framework
         self._processMap["error"] = Processor.process_error
+        self._processMap["ping"] = Processor.process_ping
+        self._processMap["not_leader"] = Processor.process_not_leader
+        self._processMap["reregistration_refused"] = Processor.process_reregistration_refused
         self._processMap["register_executor"] = Processor.process_register_executor
         self._processMap["executor_status_update"] = Processor.process_executor_status_update
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
@@ -452,6 +539,39 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.error(args.message)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_ping(self, seqid, iprot, oprot):
+        args = ping_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.ping()
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_not_leader(self, seqid, iprot, oprot):
+        args = not_leader_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.not_leader(args.leader)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_reregistration_refused(self, seqid, iprot, oprot):
+        args = reregistration_refused_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.reregistration_refused(args.agent_id, args.message)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1154,6 +1274,218 @@ all_structs.append(error_args)
 error_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'message', 'UTF8', None, ),  # 1
+)
+
+
+class ping_args(object):
+
+    __slots__ = (
+    )
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ping_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(ping_args)
+ping_args.thrift_spec = (
+)
+
+
+class not_leader_args(object):
+    """
+    Attributes:
+     - leader
+
+    """
+
+    __slots__ = (
+        'leader',
+    )
+
+
+    def __init__(self, leader=None,):
+        self.leader = leader
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.leader = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('not_leader_args')
+        if self.leader is not None:
+            oprot.writeFieldBegin('leader', TType.STRING, 1)
+            oprot.writeString(self.leader.encode('utf-8') if sys.version_info[0] == 2 else self.leader)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(not_leader_args)
+not_leader_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'leader', 'UTF8', None, ),  # 1
+)
+
+
+class reregistration_refused_args(object):
+    """
+    Attributes:
+     - agent_id
+     - message
+
+    """
+
+    __slots__ = (
+        'agent_id',
+        'message',
+    )
+
+
+    def __init__(self, agent_id=None, message=None,):
+        self.agent_id = agent_id
+        self.message = message
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.agent_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.message = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('reregistration_refused_args')
+        if self.agent_id is not None:
+            oprot.writeFieldBegin('agent_id', TType.STRING, 1)
+            oprot.writeString(self.agent_id.encode('utf-8') if sys.version_info[0] == 2 else self.agent_id)
+            oprot.writeFieldEnd()
+        if self.message is not None:
+            oprot.writeFieldBegin('message', TType.STRING, 2)
+            oprot.writeString(self.message.encode('utf-8') if sys.version_info[0] == 2 else self.message)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(reregistration_refused_args)
+reregistration_refused_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'agent_id', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
 )
 
 

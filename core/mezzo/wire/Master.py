@@ -140,12 +140,17 @@ class Iface(object):
         """
         pass
 
-    def reregister_agent(self, agent, tasks, executors):
+    def reregister_agent(self, agent, tasks, executors, frameworks):
         """
+        After a lost connection or a master failover. frameworks: the FrameworkInfo
+        of every framework with tasks or executors here, so that a new master knows
+        their failover timeouts before their schedulers come back.
+
         Parameters:
          - agent
          - tasks
          - executors
+         - frameworks
 
         """
         pass
@@ -177,6 +182,13 @@ class Iface(object):
          - framework_id
          - executor_id
          - data
+
+        """
+        pass
+
+    def pong(self):
+        """
+        The answer to Agent.ping: the agent (every agent on the connection) is alive.
 
         """
         pass
@@ -439,22 +451,28 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
-    def reregister_agent(self, agent, tasks, executors):
+    def reregister_agent(self, agent, tasks, executors, frameworks):
         """
+        After a lost connection or a master failover. frameworks: the FrameworkInfo
+        of every framework with tasks or executors here, so that a new master knows
+        their failover timeouts before their schedulers come back.
+
         Parameters:
          - agent
          - tasks
          - executors
+         - frameworks
 
         """
-        self.send_reregister_agent(agent, tasks, executors)
+        self.send_reregister_agent(agent, tasks, executors, frameworks)
 
-    def send_reregister_agent(self, agent, tasks, executors):
+    def send_reregister_agent(self, agent, tasks, executors, frameworks):
         self._oprot.writeMessageBegin('reregister_agent', TMessageType.ONEWAY, self._seqid)
         args = reregister_agent_args()
         args.agent = agent
         args.tasks = tasks
         args.executors = executors
+        args.frameworks = frameworks
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -521,6 +539,20 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def pong(self):
+        """
+        The answer to Agent.ping: the agent (every agent on the connection) is alive.
+
+        """
+        self.send_pong()
+
+    def send_pong(self):
+        self._oprot.writeMessageBegin('pong', TMessageType.ONEWAY, self._seqid)
+        args = pong_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def request_state(self, request_id):
         """
         Parameters:
@@ -576,6 +608,7 @@ class Processor(Iface, TProcessor):
         self._processMap["status_update"] = Processor.process_status_update
         self._processMap["executor_exited"] = Processor.process_executor_exited
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
+        self._processMap["pong"] = Processor.process_pong
         self._processMap["request_state"] = Processor.process_request_state
         self._processMap["request_metrics"] = Processor.process_request_metrics
         self._on_message_begin = None
@@ -737,7 +770,7 @@ class Processor(Iface, TProcessor):
         args.read(iprot)
         iprot.readMessageEnd()
         try:
-            self._handler.reregister_agent(args.agent, args.tasks, args.executors)
+            self._handler.reregister_agent(args.agent, args.tasks, args.executors, args.frameworks)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -771,6 +804,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.executor_to_framework(args.agent_id, args.framework_id, args.executor_id, args.data)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_pong(self, seqid, iprot, oprot):
+        args = pong_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.pong()
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1930,6 +1974,7 @@ class reregister_agent_args(object):
      - agent
      - tasks
      - executors
+     - frameworks
 
     """
 
@@ -1937,13 +1982,15 @@ class reregister_agent_args(object):
         'agent',
         'tasks',
         'executors',
+        'frameworks',
     )
 
 
-    def __init__(self, agent=None, tasks=None, executors=None,):
+    def __init__(self, agent=None, tasks=None, executors=None, frameworks=None,):
         self.agent = agent
         self.tasks = tasks
         self.executors = executors
+        self.frameworks = frameworks
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1982,6 +2029,17 @@ class reregister_agent_args(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.LIST:
+                    self.frameworks = []
+                    (_etype125, _size122) = iprot.readListBegin()
+                    for _i126 in range(_size122):
+                        _elem127 = FrameworkInfo()
+                        _elem127.read(iprot)
+                        self.frameworks.append(_elem127)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1999,15 +2057,22 @@ class reregister_agent_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter122 in self.tasks:
-                iter122.write(oprot)
+            for iter128 in self.tasks:
+                iter128.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.executors is not None:
             oprot.writeFieldBegin('executors', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.executors))
-            for iter123 in self.executors:
-                iter123.write(oprot)
+            for iter129 in self.executors:
+                iter129.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.frameworks is not None:
+            oprot.writeFieldBegin('frameworks', TType.LIST, 4)
+            oprot.writeListBegin(TType.STRUCT, len(self.frameworks))
+            for iter130 in self.frameworks:
+                iter130.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2039,6 +2104,7 @@ reregister_agent_args.thrift_spec = (
     (1, TType.STRUCT, 'agent', [AgentInfo, None], None, ),  # 1
     (2, TType.LIST, 'tasks', (TType.STRUCT, [RunningTask, None], False), None, ),  # 2
     (3, TType.LIST, 'executors', (TType.STRUCT, [ExecutorInfo, None], False), None, ),  # 3
+    (4, TType.LIST, 'frameworks', (TType.STRUCT, [FrameworkInfo, None], False), None, ),  # 4
 )
 
 
@@ -2350,6 +2416,59 @@ executor_to_framework_args.thrift_spec = (
     (2, TType.STRING, 'framework_id', 'UTF8', None, ),  # 2
     (3, TType.STRING, 'executor_id', 'UTF8', None, ),  # 3
     (4, TType.STRING, 'data', 'BINARY', None, ),  # 4
+)
+
+
+class pong_args(object):
+
+    __slots__ = (
+    )
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('pong_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(pong_args)
+pong_args.thrift_spec = (
 )
 
 

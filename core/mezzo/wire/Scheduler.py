@@ -113,6 +113,18 @@ class Iface(object):
         """
         pass
 
+    def not_leader(self, leader):
+        """
+        This master is not the leader (a standby, or demoted): the call was not
+        applied. leader is the current leader's address, empty if unknown. The
+        master closes the connection after this; the driver finds the leader again.
+
+        Parameters:
+         - leader
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -301,6 +313,26 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def not_leader(self, leader):
+        """
+        This master is not the leader (a standby, or demoted): the call was not
+        applied. leader is the current leader's address, empty if unknown. The
+        master closes the connection after this; the driver finds the leader again.
+
+        Parameters:
+         - leader
+
+        """
+        self.send_not_leader(leader)
+
+    def send_not_leader(self, leader):
+        self._oprot.writeMessageBegin('not_leader', TMessageType.ONEWAY, self._seqid)
+        args = not_leader_args()
+        args.leader = leader
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -316,6 +348,7 @@ class Processor(Iface, TProcessor):
         self._processMap["executor_lost"] = Processor.process_executor_lost
         self._processMap["guaranteed_share"] = Processor.process_guaranteed_share
         self._processMap["error"] = Processor.process_error
+        self._processMap["not_leader"] = Processor.process_not_leader
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -443,6 +476,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.error(args.message)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_not_leader(self, seqid, iprot, oprot):
+        args = not_leader_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.not_leader(args.leader)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -650,11 +694,11 @@ class resource_offers_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype127, _size124) = iprot.readListBegin()
-                    for _i128 in range(_size124):
-                        _elem129 = Offer()
-                        _elem129.read(iprot)
-                        self.offers.append(_elem129)
+                    (_etype134, _size131) = iprot.readListBegin()
+                    for _i135 in range(_size131):
+                        _elem136 = Offer()
+                        _elem136.read(iprot)
+                        self.offers.append(_elem136)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -671,8 +715,8 @@ class resource_offers_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter130 in self.offers:
-                iter130.write(oprot)
+            for iter137 in self.offers:
+                iter137.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1280,6 +1324,79 @@ all_structs.append(error_args)
 error_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'message', 'UTF8', None, ),  # 1
+)
+
+
+class not_leader_args(object):
+    """
+    Attributes:
+     - leader
+
+    """
+
+    __slots__ = (
+        'leader',
+    )
+
+
+    def __init__(self, leader=None,):
+        self.leader = leader
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.leader = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('not_leader_args')
+        if self.leader is not None:
+            oprot.writeFieldBegin('leader', TType.STRING, 1)
+            oprot.writeString(self.leader.encode('utf-8') if sys.version_info[0] == 2 else self.leader)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(not_leader_args)
+not_leader_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'leader', 'UTF8', None, ),  # 1
 )
 fix_spec(all_structs)
 del all_structs

@@ -11,8 +11,8 @@ kazoo runs its own threads; these classes call back on them, and their users han
 the news to their event loop (``loop.call_soon_threadsafe``).
 """
 
-from .detector import LeaderDetector
+from .detector import LeaderDetector, shared_detector
 from .election import LeaderElection
 from .url import ZkUrl, parse_zk_url
 
-__all__ = ["LeaderDetector", "LeaderElection", "ZkUrl", "parse_zk_url"]
+__all__ = ["LeaderDetector", "LeaderElection", "ZkUrl", "parse_zk_url", "shared_detector"]

@@ -63,6 +63,12 @@ class LeaderElection:
     def is_leader(self) -> bool:
         return self._leading
 
+    @property
+    def client(self) -> KazooClient:
+        """The session the election runs on; the leader writes its registry through it,
+        so those writes stop with its leadership."""
+        return self._zk
+
     def start(self, timeout: float = 15.0) -> None:
         """Connect (raises :class:`TimeoutError` if ZooKeeper is unreachable) and start contending."""
         start_session(self._zk, self.url, timeout)

@@ -1,0 +1,118 @@
+"""The agents the cluster has admitted: what tells a returning agent from a stranger.
+
+Everything else the master knows is soft state, rebuilt from re-registrations
+(paper §3.6). This one list is not: after a failover the new leader must know
+whether an agent re-registering under an id was admitted and is welcome back,
+or was declared lost (its tasks already reported TASK_LOST to their frameworks),
+in which case it must start over as a new agent instead of resurrecting them.
+
+- :class:`MemoryRegistry` (a lone master): admits in memory. Having no memory of
+  an earlier master's decisions, it welcomes agents it has never seen and refuses
+  only those it removed itself.
+- :class:`ZkRegistry` (masters elected through ZooKeeper): one persistent znode per
+  admitted agent under ``<path>/agents``. It is the authority: an agent not listed
+  there is refused. The leader loads it when elected and writes through it.
+
+Both answer :meth:`verdict` from memory, so re-registering 4,000 agents costs no
+ZooKeeper round trip; only admitting and removing write.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("mezzo.master", component="registry")
+
+WELCOME = "welcome"
+REFUSE = "refuse"
+
+REMEMBER_REMOVED = 100_000
+"""Removed agent ids a :class:`MemoryRegistry` remembers (oldest forgotten first)."""
+
+
+class MemoryRegistry:
+    """Admitted agents of a lone master, in memory."""
+
+    authoritative = False
+
+    def __init__(self) -> None:
+        self.admitted: set[str] = set()
+        self._removed: OrderedDict[str, None] = OrderedDict()
+
+    def verdict(self, agent_id: str) -> str:
+        """Whether an agent re-registering as ``agent_id`` may come back."""
+        return REFUSE if agent_id in self._removed else WELCOME
+
+    def admit(self, agent_id: str, done: Callable[[bool], None]) -> None:
+        """Record ``agent_id``; ``done(True)`` once it is recorded (here: at once)."""
+        self.admitted.add(agent_id)
+        done(True)
+
+    def remove(self, agent_id: str) -> None:
+        self.admitted.discard(agent_id)
+        self._removed[agent_id] = None
+        if len(self._removed) > REMEMBER_REMOVED:
+            self._removed.popitem(last=False)
+
+
+class ZkRegistry:
+    """Admitted agents as znodes ``<path>/agents/<agent id>``; see the module docstring.
+
+    ``call_soon`` hands kazoo's completions back to the master's event loop
+    (``loop.call_soon_threadsafe``).
+    """
+
+    authoritative = True
+
+    def __init__(self, client: Any, path: str, call_soon: Callable[..., Any]) -> None:
+        self._zk = client
+        self.path = f"{path}/agents"
+        self._call_soon = call_soon
+        self.admitted: set[str] = set()
+
+    def load(self) -> set[str]:
+        """Read the list (blocking: call it off the event loop, when elected)."""
+        self._zk.ensure_path(self.path)
+        self.admitted = set(self._zk.get_children(self.path))
+        return set(self.admitted)
+
+    def verdict(self, agent_id: str) -> str:
+        return WELCOME if agent_id in self.admitted else REFUSE
+
+    def admit(self, agent_id: str, done: Callable[[bool], None]) -> None:
+        """Create the agent's znode; ``done(ok)`` on the loop once ZooKeeper answered."""
+        self.admitted.add(agent_id)
+
+        def written(result: Any) -> None:
+            from kazoo.exceptions import NodeExistsError
+
+            try:
+                result.get()
+                ok = True
+            except NodeExistsError:
+                ok = True
+            except Exception as exc:  # noqa: BLE001 - any ZooKeeper failure: not admitted
+                log.error("cannot record an admitted agent in ZooKeeper", agent=agent_id, error=repr(exc))
+                ok = False
+            self._call_soon(done, ok)
+
+        self._zk.create_async(f"{self.path}/{agent_id}", b"").rawlink(written)
+
+    def remove(self, agent_id: str) -> None:
+        self.admitted.discard(agent_id)
+
+        def deleted(result: Any) -> None:
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                result.get()
+            except NoNodeError:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                log.error("cannot remove a lost agent from ZooKeeper", agent=agent_id, error=repr(exc))
+
+        self._zk.delete_async(f"{self.path}/{agent_id}").rawlink(deleted)

@@ -1,0 +1,196 @@
+"""Three masters behind a real ZooKeeper: standbys refuse, a SIGKILLed leader is
+replaced, and the new one rebuilds the cluster from re-registrations (paper §3.6).
+
+The ZooKeeper server runs 200 ms ticks and the masters 2 s sessions, so a killed
+leader is replaced in about 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+
+import mezzo
+from mezzo import CommandInfo, Filters, Resources, TaskInfo
+from mezzo.rpc import connect
+from mezzo.services import AGENT, MASTER, SCHEDULER
+from mezzo.state_client import fetch_state
+from mezzo.testing import LocalProcessCluster, ZooKeeperServer, wait_for
+from mezzo.wire.ttypes import AgentInfo, FrameworkInfo, Resources as WireResources
+
+from ..conftest import Recorder
+
+FAST = {"allocation_interval": 0.01, "zk_session_timeout": 2.0, "recovery_hold_timeout": 5.0}
+
+
+@pytest.fixture
+def zk():
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ha_cluster(zk, tmp_path):
+    clusters = []
+
+    def make(agents: int = 2, masters: int = 3, **kw) -> LocalProcessCluster:
+        master = {**FAST, **kw.pop("master", {})}
+        c = LocalProcessCluster(agents, masters=masters, zk=zk.url("/mezzo"), master=master,
+                                agent={"reconnect_interval": 0.1, **kw.pop("agent", {})},
+                                directory=str(tmp_path / f"cluster{len(clusters)}"), **kw)
+        clusters.append(c)
+        return c.start()
+
+    yield make
+    for c in clusters:
+        c.stop()
+
+
+class _Answers:
+    """A raw peer's handler recording what a master says back."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda conn, *args: self.calls.append((name, args))
+
+    def connection_lost(self, conn) -> None:
+        self.calls.append(("closed", ()))
+
+
+def _ask_raw(address: str, schema, call: str, *args) -> list[tuple[str, tuple]]:
+    """Dial ``address`` as a scheduler or agent, make one call, return what came back."""
+
+    async def go():
+        host, port = address.rsplit(":", 1)
+        answers = _Answers()
+        conn = await connect(host, int(port), schema, answers)
+        getattr(conn.remote(MASTER), call)(*args)
+        await asyncio.wait_for(conn.closed, 5)
+        return answers.calls
+
+    return asyncio.run(go())
+
+
+def test_standbys_refuse_framework_and_agent_calls_naming_the_leader(ha_cluster):
+    cluster = ha_cluster(agents=1)
+    leader = cluster.leader()
+    leader_address = f"127.0.0.1:{cluster.master_ports[leader]}"
+    standby = next(n for n in cluster.master_ports if n != leader)
+    standby_address = f"127.0.0.1:{cluster.master_ports[standby]}"
+
+    answers = _ask_raw(standby_address, SCHEDULER, "register_framework", FrameworkInfo(name="stray"))
+    assert answers == [("not_leader", (leader_address,)), ("closed", ())]
+    agent = AgentInfo(hostname="stray", port=1, resources=WireResources(scalars={"cpus": 1000}))
+    answers = _ask_raw(standby_address, AGENT, "register_agent", agent)
+    assert answers == [("not_leader", (leader_address,)), ("closed", ())]
+
+    # Tools still get an answer, which says who leads.
+    state = fetch_state(standby_address)
+    assert state["master"]["leading"] is False and state["master"]["leader"] == leader_address
+    assert state["agents"] == [] and state["frameworks"] == []
+    # Through ZooKeeper, `mezzo state` reaches the leader, which has the agent.
+    state = fetch_state(cluster.master)
+    assert state["master"]["leading"] is True and state["master"]["address"] == leader_address
+    assert len(state["agents"]) == 1
+
+
+def test_sigkilled_leader_is_replaced_and_nothing_is_lost(ha_cluster, drivers):
+    cluster = ha_cluster(agents=2)
+    launched: list[str] = []
+
+    def launch(driver, offers):
+        for o in offers:
+            if len(launched) < 2:
+                tid = "long" if not launched else "short"
+                command = "sleep 60" if tid == "long" else "sleep 1.5"
+                launched.append(tid)
+                driver.launch_tasks(o.offer_id, [TaskInfo(
+                    task_id=tid, agent_id=o.agent_id, resources=Resources(cpus=1, mem=64),
+                    command=CommandInfo(value=command))], Filters(refuse_seconds=0))
+            else:
+                driver.decline_offer(o.offer_id, Filters(refuse_seconds=0.5))
+
+    rec = Recorder(launch)
+    driver = drivers(rec, "survivor", cluster.master, failover_timeout=60.0)
+    wait_for(lambda: "TASK_RUNNING" in rec.states_of("long") and "TASK_RUNNING" in rec.states_of("short"),
+             20, "both tasks to run")
+    fid = rec.framework_id
+    old = cluster.leader()
+    old_state = cluster.state()
+
+    # "short" finishes (after 1.5 s) while no master leads: its update must still arrive, once.
+    cluster.kill(old, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_for(rec.reregistered_event.is_set, 20, "the scheduler to re-register with the new leader")
+    new = cluster.leader()
+    assert new != old
+    assert rec.framework_id == fid and driver.framework_id == fid
+
+    state = cluster.wait_for_agents(2)
+    assert {a["id"] for a in state["agents"]} == {a["id"] for a in old_state["agents"]}
+    wait_for(lambda: rec.final("short") is not None, 20, "the update sent while no master led")
+    assert rec.states_of("short").count("TASK_FINISHED") == 1
+    assert rec.states_of("long") == ["TASK_STARTING", "TASK_RUNNING"] or \
+        rec.states_of("long") == ["TASK_RUNNING"]
+    state = cluster.state()
+    (task,) = [t for t in state["tasks"] if t["id"] == "long"]
+    assert task["state"] == "TASK_RUNNING" and task["framework_id"] == fid
+    (fw,) = state["frameworks"]
+    assert fw["id"] == fid and fw["used"] == {"cpus": 1.0, "mem": 64.0}
+    assert time.monotonic() - killed_at < 15
+
+    # Offers resume, and leave the running task's resources out.
+    n = len(rec.offers)
+    wait_for(lambda: len(rec.offers) > n, 10, "an offer from the new leader")
+    offered = {}
+    with rec.lock:
+        for _, o in rec.offers[n:]:
+            offered[o.agent_id] = o.resources.get("cpus")
+    assert sorted(offered.values()) in ([3.0], [3.0, 4.0], [4.0])
+
+    # Reconciliation answers the latest state, from the new leader.
+    driver.reconcile_tasks([mezzo.TaskStatus(task_id="long"), mezzo.TaskStatus(task_id="short")])
+    wait_for(lambda: len([s for s in rec.statuses if s.reason == "reconciliation"]) >= 2, 10, "reconciliation")
+    answers = {s.task_id: mezzo.state_name(s.state) for s in rec.statuses if s.reason == "reconciliation"}
+    assert answers == {"long": "TASK_RUNNING", "short": "TASK_FINISHED"}
+
+    driver.kill_task("long")
+    wait_for(lambda: rec.final("long") is not None, 15, "the kill through the new leader")
+    assert mezzo.state_name(rec.final("long").state) == "TASK_KILLED"
+    terminal = [s for s in rec.statuses if mezzo.is_terminal(s.state) and s.reason != "reconciliation"]
+    assert sorted(s.task_id for s in terminal) == ["long", "short"]
+
+
+def test_an_agent_the_registry_never_admitted_is_refused_after_failover(ha_cluster):
+    cluster = ha_cluster(agents=1)
+    old = cluster.leader()
+    (real,) = cluster.state()["agents"]
+    cluster.kill(old, signal.SIGKILL)
+    wait_for(lambda: cluster.leader() != old, 20, "a new leader")
+    state = cluster.wait_for_agents(1)
+    assert [a["id"] for a in state["agents"]] == [real["id"]]  # the admitted one is welcome back
+
+    address = state["master"]["address"]
+    stranger = AgentInfo(agent_id="made-up-S7", hostname="stranger", port=1,
+                         resources=WireResources(scalars={"cpus": 1000}))
+
+    async def reregister():
+        host, port = address.rsplit(":", 1)
+        answers = _Answers()
+        conn = await connect(host, int(port), AGENT, answers)
+        conn.remote(MASTER).reregister_agent(stranger, [], [], [])
+        await asyncio.sleep(0.5)
+        conn.close()
+        return answers.calls
+
+    calls = asyncio.run(reregister())
+    assert calls[0][0] == "reregistration_refused" and calls[0][1][0] == "made-up-S7"
+    assert "not admitted" in calls[0][1][1]
+    assert [a["id"] for a in cluster.state()["agents"]] == [real["id"]]
