@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-
 from mezzo.errors import ConfigError
 from mezzo.testing import ZooKeeperServer, wait_for
 from mezzo.zk import LeaderDetector, LeaderElection, parse_zk_url

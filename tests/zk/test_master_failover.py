@@ -11,15 +11,15 @@ import asyncio
 import signal
 import time
 
-import pytest
-
 import mezzo
+import pytest
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.rpc import connect
 from mezzo.services import AGENT, MASTER, SCHEDULER
 from mezzo.state_client import fetch_state
 from mezzo.testing import LocalProcessCluster, ZooKeeperServer, wait_for
-from mezzo.wire.ttypes import AgentInfo, FrameworkInfo, Resources as WireResources
+from mezzo.wire.ttypes import AgentInfo, FrameworkInfo
+from mezzo.wire.ttypes import Resources as WireResources
 
 from ..conftest import Recorder
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import structlog
 
-from ..resources import Resources
 from ..discovery import peer_address
+from ..resources import Resources
 from ..rpc import Connection, connect
 from ..services import AGENT, MASTER
 from ..wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus

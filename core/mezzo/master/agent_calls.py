@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
+from .. import is_terminal
 from ..resources import InvalidResources, Resources
 from ..services import AGENT, SCHEDULER
-from .. import is_terminal
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState, TaskStatus
 from .records import AgentRecord, AgentTag, FrameworkTag, TaskRecord
 from .registry import REFUSE
@@ -150,9 +150,9 @@ class AgentCalls:
         info for stay on the agent record (their resources stay used) and join their
         framework when it registers (``_adopt_framework_tasks``)."""
         for info in frameworks:
-            if isinstance(info, FrameworkInfo) and isinstance(info.framework_id, str) and info.framework_id:
-                if info.framework_id not in self.frameworks and info.framework_id not in self.removed_frameworks:
-                    self._recover_framework(info)
+            fid = info.framework_id if isinstance(info, FrameworkInfo) else None
+            if isinstance(fid, str) and fid and fid not in self.frameworks and fid not in self.removed_frameworks:
+                self._recover_framework(info)
         for ex in executors:
             if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
                 continue

@@ -40,10 +40,10 @@ import structlog
 
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig
+from ..errors import MezzoError
 from ..heap import tune_gc
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
-from ..errors import MezzoError
 from ..rpc import TRAFFIC, parse_address, serve
 from ..services import MASTER, SCHEDULER, TOOL
 from ..wire.ttypes import Filters, Offer
@@ -54,8 +54,8 @@ from .framework_calls import FrameworkCalls
 from .health import AgentHealth
 from .leadership import LeaderGate
 from .offers import OfferBook
-from .recovery import Recovery
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, OfferRecord, TaskRecord
+from .recovery import Recovery
 from .refusals import RefuseFilters
 from .registry import MemoryRegistry, ZkRegistry
 from .state_snapshot import StateSnapshots
