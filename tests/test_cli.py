@@ -108,7 +108,8 @@ def test_state_metrics_prints_the_master_counters(make_cluster):
     metrics = json.loads(r.stdout)
     assert METRIC_KEYS <= set(metrics), sorted(metrics)
     assert "agents" in metrics and not isinstance(metrics["agents"], list)  # counters, not the state
-    assert metrics["agents"] == 2
+    assert metrics["agents"] == 2 and metrics["agents_connected"] == 2
+    assert metrics["leading"] is True and metrics["recovering"] is False
     assert metrics["frameworks"] == 0 and metrics["tasks_running"] == 0
     # At least both registrations and this request came in; the registrations were answered.
     assert metrics["messages_received"] >= 3

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """A tiny custom executor for the tests: runs each task in a thread for a moment,
 reports its own pid in the TASK_FINISHED data (so tests can tell that one process
-ran every task), and echoes framework messages back upper-cased."""
+ran every task), and echoes framework messages back upper-cased.
+
+A task whose data is ``b"hold"`` runs until killed; the framework message
+``b"crash"`` makes the executor exit at once with status 3."""
 
 import os
 import threading
@@ -14,6 +17,8 @@ from mezzo import TaskState, TaskStatus
 class Echo(mezzo.Executor):
     def launch_task(self, driver, task):
         driver.send_status_update(TaskStatus(task_id=task.task_id, state=TaskState.TASK_RUNNING))
+        if task.data == b"hold":
+            return
 
         def work():
             time.sleep(0.2)
@@ -27,6 +32,8 @@ class Echo(mezzo.Executor):
                                              message="killed by the echo executor"))
 
     def framework_message(self, driver, data):
+        if data == b"crash":
+            os._exit(3)
         driver.send_framework_message(data.upper())
 
 

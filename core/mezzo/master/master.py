@@ -411,7 +411,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         conn.remote(TOOL).metrics(request_id if isinstance(request_id, int) else 0, json.dumps(self.metrics()))
 
     def metrics(self) -> dict[str, Any]:
-        """Counters for monitoring and the benchmarks; O(frameworks), never O(agents).
+        """Counters for monitoring and the benchmarks; O(frameworks + agent connections),
+        never O(agents).
 
         Message counts are this process's (``mezzo.rpc.TRAFFIC``), which for a
         master process is the master's.
@@ -424,8 +425,12 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             "allocation_seconds": round(self.cycle_seconds, 6),
             "offers_made": self.offers_made,
             "offers_outstanding": len(self.offer_book),
+            "leading": self.leading,
+            "recovering": self.recovery.holding,
             "agents": len(self.agents),
+            "agents_connected": sum(len(c.tag.agent_ids) for c in self.agent_conns if isinstance(c.tag, AgentTag)),
             "frameworks": len(self.frameworks),
+            "frameworks_connected": sum(1 for f in self.frameworks.values() if f.conn is not None),
             "tasks_running": sum(len(f.tasks) for f in self.frameworks.values()),
             "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),
