@@ -68,7 +68,7 @@ class LeaderAddress:
 
     is_zk = True
 
-    def __init__(self, url: str, default_port: int) -> None:
+    def __init__(self, url: str, default_port: int, connect_timeout: float = 15.0) -> None:
         from .zk import parse_zk_url
 
         try:
@@ -76,6 +76,7 @@ class LeaderAddress:
         except ConfigError as exc:
             raise ValueError(f"master address {url!r}: {exc.problem}") from None
         self._default_port = default_port
+        self._connect_timeout = connect_timeout
         self._leader: HostPort | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._change = asyncio.Event()
@@ -97,7 +98,8 @@ class LeaderAddress:
 
         self._loop = asyncio.get_running_loop()
         self._change = asyncio.Event()
-        detector, release = await self._loop.run_in_executor(None, shared_detector, self.url)
+        detector, release = await self._loop.run_in_executor(
+            None, shared_detector, self.url, self._connect_timeout)
         if self._closed:
             release()
             return
@@ -159,13 +161,16 @@ class LeaderAddress:
                 log.exception("leader listener failed")
 
 
-def peer_address(text: str, default_port: int) -> FixedAddress | LeaderAddress:
-    """``host:port`` or ``zk://hosts/path``; :class:`ValueError` naming the text if malformed."""
+def peer_address(text: str, default_port: int, connect_timeout: float = 15.0) -> FixedAddress | LeaderAddress:
+    """``host:port`` or ``zk://hosts/path``; :class:`ValueError` naming the text if malformed.
+
+    ``connect_timeout`` bounds how long :meth:`LeaderAddress.start` waits for ZooKeeper.
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"master address {text!r} is empty; expected HOST:PORT or zk://HOST:PORT/PATH")
     text = text.strip()
     if text.startswith("zk://"):
-        return LeaderAddress(text, default_port)
+        return LeaderAddress(text, default_port, connect_timeout)
     if "://" in text:
         raise ValueError(f"master address {text!r}: expected HOST:PORT or zk://HOST:PORT/PATH")
     host, port = parse_address(text, default_port)

@@ -58,11 +58,11 @@ async def fetch_metrics_async(master: str, timeout: float = 10.0) -> dict[str, A
 
 async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
     try:
-        target = peer_address(master, 5050)
+        target = peer_address(master, 5050, connect_timeout=timeout)
     except ValueError as exc:
         raise MasterUnreachable(str(exc)) from None
     try:
-        await asyncio.wait_for(target.start(), timeout)
+        await target.start()
         if target.current() is None:
             await target.changed(timeout)
         address = target.current()

@@ -15,16 +15,10 @@ import time
 
 import pytest
 from mezzo.errors import ConfigError
-from mezzo.testing import ZooKeeperServer, wait_for
+from mezzo.testing import wait_for
 from mezzo.zk import LeaderDetector, LeaderElection, parse_zk_url
 
 SESSION = 2.0
-
-
-@pytest.fixture
-def zk():
-    with ZooKeeperServer() as server:
-        yield server
 
 
 class Events:

@@ -171,14 +171,16 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     def _contend(self) -> None:
         """Join the election (blocking, off the loop): standby until elected."""
         url, loop = self.zk_url, self._loop
+        # Unreachable at start-up for a whole session timeout: give up and say so.
+        connect_timeout = max(self.config.zk_session_timeout, 1.0)
         self._detector = LeaderDetector(url, on_change=lambda leader: loop.call_soon_threadsafe(
             self._leader_is, leader or ""), session_timeout=self.config.zk_session_timeout)
-        self._detector.start()
+        self._detector.start(connect_timeout)
         self._election = LeaderElection(url, self.address, on_elected=self._elected,
                                         on_demoted=self._demoted,
                                         session_timeout=self.config.zk_session_timeout)
         self.registry = ZkRegistry(self._election.client, url.path, loop.call_soon_threadsafe)
-        self._election.start()
+        self._election.start(connect_timeout)
 
     def _elected(self) -> None:
         # kazoo's thread: read the admitted agents before taking over, so the loop

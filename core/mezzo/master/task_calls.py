@@ -172,17 +172,25 @@ class TaskCalls:
                 framework_id=framework_id, timestamp=time.time()))
 
     def _unknown_task_status(self, framework_id: str, task_id: str, statuses: list[TaskStatus]) -> TaskStatus:
-        """The answer for a task this master has no record of: TASK_LOST if the agent
-        the framework names is not admitted any more, else TASK_UNKNOWN."""
+        """The answer for a task this master has no record of, from what it knows of
+        the agent the framework names (as Apache Mesos answers):
+
+        - the agent is registered here and does not hold the task: it never got
+          there (a launch lost with a failed master) or is long gone, TASK_DROPPED;
+        - the agent was declared lost: TASK_LOST;
+        - otherwise (no agent named, or one this master has not heard from):
+          TASK_UNKNOWN, which is not terminal.
+        """
         agent_id = next((s.agent_id for s in statuses or () if s is not None and s.task_id == task_id), "")
-        if isinstance(agent_id, str) and agent_id and agent_id not in self.agents \
-                and self.registry.verdict(agent_id) == REFUSE:
-            return TaskStatus(task_id=task_id, state=TaskState.TASK_LOST, reason="agent_removed",
-                              message=f"agent {agent_id} was declared lost", source="master",
-                              agent_id=agent_id, framework_id=framework_id, timestamp=time.time())
-        return TaskStatus(task_id=task_id, state=TaskState.TASK_UNKNOWN, reason="reconciliation",
-                          message="the master knows no such task", source="master",
-                          framework_id=framework_id, timestamp=time.time())
+        agent_id = agent_id if isinstance(agent_id, str) else ""
+        state, message = TaskState.TASK_UNKNOWN, "the master knows no such task"
+        if agent_id in self.agents:
+            state, message = TaskState.TASK_DROPPED, f"agent {agent_id} does not hold this task"
+        elif agent_id and self.registry.verdict(agent_id) == REFUSE:
+            state, message = TaskState.TASK_LOST, f"agent {agent_id} was declared lost"
+        return TaskStatus(task_id=task_id, state=state, reason="reconciliation", message=message,
+                          source="master", agent_id=agent_id, framework_id=framework_id,
+                          timestamp=time.time())
 
     def _release_task(self, task: TaskRecord, agent: AgentRecord | None) -> None:
         """Free a task's resources: it ended, or its framework or agent went away."""
