@@ -377,3 +377,16 @@ def test_render_state_in_child_must_be_true_or_false(tmp_path, toml_value):
 def test_render_state_in_child_yes_names_the_key_and_the_value():
     err = key_error({"master": {"render_state_in_child": "yes"}})
     assert str(err) == "master.render_state_in_child: expected true or false, got str 'yes'"
+
+
+def test_every_key_is_documented():
+    import dataclasses
+    from pathlib import Path
+
+    from mezzo.config import AgentConfig, LogConfig, MasterConfig
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    internal = {"settings", "offer_filter_settings", "isolator_settings", "allocator"}
+    missing = [f"{cls.__name__}.{f.name}" for cls in (MasterConfig, AgentConfig, LogConfig)
+               for f in dataclasses.fields(cls) if f.name not in internal and f"| `{f.name}` |" not in docs]
+    assert missing == []

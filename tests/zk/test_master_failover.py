@@ -8,6 +8,7 @@ leader is replaced in about 2 s.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 
@@ -134,6 +135,12 @@ def test_sigkilled_leader_is_replaced_and_nothing_is_lost(ha_cluster, drivers):
     wait_for(lambda: len([s for s in rec.statuses if s.reason == "reconciliation"]) >= 2, 10, "reconciliation")
     answers = {s.task_id: mezzo.state_name(s.state) for s in rec.statuses if s.reason == "reconciliation"}
     assert answers == {"long": "TASK_RUNNING", "short": "TASK_FINISHED"}
+    n = len(rec.statuses)
+    driver.reconcile_tasks([])  # implicit: every task the master holds for us
+    wait_for(lambda: len(rec.statuses) > n, 10, "implicit reconciliation")
+    time.sleep(0.3)
+    implicit = [(s.task_id, mezzo.state_name(s.state)) for s in rec.statuses[n:]]
+    assert implicit == [("long", "TASK_RUNNING")]
 
     driver.kill_task("long")
     wait_for(lambda: rec.final("long") is not None, 15, "the kill through the new leader")
@@ -168,3 +175,37 @@ def test_an_agent_the_registry_never_admitted_is_refused_after_failover(ha_clust
     assert calls[0][0] == "reregistration_refused" and calls[0][1][0] == "made-up-S7"
     assert "not admitted" in calls[0][1][1]
     assert [a["id"] for a in cluster.state()["agents"]] == [real["id"]]
+
+
+def test_a_leader_that_loses_its_session_steps_down_and_refuses(ha_cluster, drivers):
+    """No split brain: a leader frozen past its session is replaced, and once it runs
+    again it has stepped down: empty state, calls answered not_leader."""
+    cluster = ha_cluster(agents=1)
+    rec = Recorder()
+    drivers(rec, "watcher", cluster.master, failover_timeout=60.0)
+    wait_for(rec.registered_event.is_set, 15, "registration")
+    old = cluster.leader()
+    old_address = f"127.0.0.1:{cluster.master_ports[old]}"
+    pid = cluster.procs[old].pid
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: cluster.leader() != old, 20, "a new leader while the old one is frozen")
+        wait_for(rec.reregistered_event.is_set, 20, "the scheduler to move to the new leader")
+        cluster.wait_for_agents(1)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    new_address = f"127.0.0.1:{cluster.master_ports[cluster.leader()]}"
+
+    state = wait_for(lambda: (s := fetch_state(old_address)) and not s["master"]["leading"] and s, 15,
+                     "the old leader to step down")
+    assert state["agents"] == [] and state["frameworks"] == []
+    wait_for(lambda: fetch_state(old_address)["master"]["leader"] == new_address, 15,
+             "the old leader to learn who leads")
+    answers = _ask_raw(old_address, SCHEDULER, "register_framework", FrameworkInfo(name="late"))
+    assert answers == [("not_leader", (new_address,)), ("closed", ())]
+    log = (cluster.dir / f"{old}.log").read_text()
+    assert "stepped down" in log
+    # The cluster carries on with the new leader.
+    assert fetch_state(cluster.master)["master"]["address"] == new_address
+    assert [f["connected"] for f in fetch_state(cluster.master)["frameworks"]] == [True]
