@@ -1,0 +1,147 @@
+"""A new leader's recovery, in process and without sockets: offers and reconciliation
+wait for the admitted agents, agents and frameworks are adopted from reports, lost
+agents are refused, silent agents are removed, updates wait for their scheduler.
+
+The behaviour end to end (real processes, real ZooKeeper) is in tests/zk/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
+from mezzo.config import MasterConfig
+from mezzo.master import Master
+from mezzo.plugins import load_plugins
+from mezzo.wire.ttypes import RunningTask
+
+from .test_master_connections import RecordingConnection
+
+
+@pytest.fixture
+def master():
+    m = Master(MasterConfig(allocation_interval=0.01, recovery_hold_timeout=60,
+                            framework_recovery_timeout=60), load_plugins())
+    m._loop = asyncio.new_event_loop()  # timers only; no I/O
+    yield m
+    m._cancel_timers()
+    m._loop.close()
+
+
+def agent_info(agent_id: str, cpus: float = 4) -> AgentInfo:
+    return AgentInfo(agent_id=agent_id, hostname=f"host-{agent_id}", port=5051,
+                     resources=Resources(cpus=cpus, mem=1024))
+
+
+def running(fid: str, tid: str, agent_id: str, cpus: float = 1) -> RunningTask:
+    task = TaskInfo(task_id=tid, agent_id=agent_id, resources=Resources(cpus=cpus, mem=64),
+                    command=CommandInfo(value="sleep 60"))
+    return RunningTask(framework_id=fid, task=task,
+                       latest=TaskStatus(task_id=tid, state=TaskState.TASK_RUNNING, uuid="u-run"))
+
+
+def offers_made(conn: RecordingConnection) -> list:
+    return [o for (batch,) in conn.called("resource_offers") for o in batch]
+
+
+def test_offers_and_reconciliation_wait_until_every_admitted_agent_is_back(master):
+    master.registry.admitted.update({"A1", "A2"})
+    master._become_leader({"A1", "A2"})
+    assert master.recovery.holding and master.recovery.awaiting == {"A1", "A2"}
+
+    # The framework comes back first: known from nobody yet, it keeps its id.
+    sched = RecordingConnection("scheduler")
+    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1", failover_timeout=30))
+    assert sched.called("reregistered") == [("F1", master.address)]
+
+    a1 = RecordingConnection("a1")
+    master.reregister_agent(a1, agent_info("A1"), [running("F1", "t1", "A1")], [],
+                            [FrameworkInfo(name="f", framework_id="F1")])
+    assert a1.called("reregistered") == [("A1",)]
+    master._allocate()
+    assert offers_made(sched) == []  # A2 is still out: no offers yet
+    master.reconcile_tasks(sched, "F1", [TaskStatus(task_id="t1"), TaskStatus(task_id="gone", agent_id="A1")])
+    assert sched.called("status_update") == []  # deferred too
+
+    a2 = RecordingConnection("a2")
+    master.reregister_agent(a2, agent_info("A2"), [], [], [])
+    assert not master.recovery.holding
+    answers = {s.task_id: (TaskState(s.state).name, s.reason) for (s,) in sched.called("status_update")}
+    assert answers == {"t1": ("TASK_RUNNING", "reconciliation"), "gone": ("TASK_DROPPED", "reconciliation")}
+    master._allocate()
+    free = {o.agent_id: o.resources.get("cpus") for o in offers_made(sched)}
+    assert free == {"A1": 3.0, "A2": 4.0}  # the running task's cpu is not offered
+    assert master.frameworks["F1"].tasks.keys() == {"t1"}
+
+
+def test_frameworks_named_by_agents_are_recovered_and_get_their_held_updates(master):
+    master._become_leader()
+    agent = RecordingConnection("agent")
+    master.reregister_agent(agent, agent_info("A1"), [running("F9", "t1", "A1")], [],
+                            [FrameworkInfo(name="nine", framework_id="F9", failover_timeout=5)])
+    record = master.frameworks["F9"]
+    assert record.conn is None and record.tasks.keys() == {"t1"}
+    assert record.failover_handle is not None  # removed if its scheduler never comes back
+
+    done = TaskStatus(task_id="t1", state=TaskState.TASK_FINISHED, framework_id="F9", agent_id="A1", uuid="u-fin")
+    master.status_update(agent, done)
+    master.status_update(agent, done)  # the agent's retry replaces itself
+    assert agent.called("status_update_acknowledged") == []  # nobody acknowledged for it
+
+    sched = RecordingConnection("scheduler")
+    master.register_framework(sched, FrameworkInfo(name="nine", framework_id="F9", failover_timeout=5))
+    assert sched.called("reregistered") == [("F9", master.address)]
+    assert [s.uuid for (s,) in sched.called("status_update")] == ["u-fin"]
+    master.acknowledge_status_update(sched, "F9", "A1", "t1", "u-fin")
+    assert agent.called("status_update_acknowledged") == [("F9", "t1", "u-fin")]
+
+
+def test_an_agent_declared_lost_is_refused_and_may_register_anew(master):
+    master._become_leader()
+    sched = RecordingConnection("scheduler")
+    master.register_framework(sched, FrameworkInfo(name="f"))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    aid = "A1"  # known from an earlier master: adopted with its task
+    master.reregister_agent(conn, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert master.frameworks[fid].tasks.keys() == {"t"}
+
+    master.agent_connection_silent(conn, 16.0)
+    assert conn.closed and aid not in master.agents
+    assert sched.called("agent_lost") == [(aid,)]
+    ((lost,),) = sched.called("status_update")
+    assert (lost.task_id, TaskState(lost.state).name, lost.reason) == ("t", "TASK_LOST", "agent_removed")
+    assert "no answer to pings for 16.0 s" in lost.message
+
+    back = RecordingConnection("back")
+    master.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    ((refused_id, why),) = back.called("reregistration_refused")
+    assert refused_id == aid and "not admitted" in why
+    assert aid not in master.agents and master.frameworks[fid].tasks == {}
+    master.register_agent(back, AgentInfo(hostname="h", port=1, resources=Resources(cpus=2)))
+    ((new_id,),) = back.called("registered")
+    assert new_id != aid and master.agents[new_id].connected
+
+
+def test_a_standby_refuses_through_its_gate_and_a_demoted_leader_forgets_everything(master):
+    gate = master.gate
+    sched = RecordingConnection("scheduler")
+    master.leader_address = "10.0.0.9:5050"
+    gate.register_framework(sched, FrameworkInfo(name="f"))
+    assert sched.called("not_leader") == [("10.0.0.9:5050",)] and sched.closed
+    assert master.frameworks == {}
+
+    master._become_leader()
+    sched = RecordingConnection("scheduler")
+    gate.register_framework(sched, FrameworkInfo(name="f"))
+    assert len(sched.called("registered")) == 1 and len(master.frameworks) == 1
+    old_id = master.id
+
+    master._step_down("test")
+    assert sched.closed and master.frameworks == {} and not master.leading
+    assert master.id != old_id  # a later term hands out ids of its own
+    agent = RecordingConnection("agent")
+    gate.register_agent(agent, AgentInfo(hostname="h", port=1, resources=Resources(cpus=1)))
+    assert agent.called("not_leader") == [("",)] and master.agents == {}
