@@ -145,3 +145,20 @@ def test_a_standby_refuses_through_its_gate_and_a_demoted_leader_forgets_everyth
     agent = RecordingConnection("agent")
     gate.register_agent(agent, AgentInfo(hostname="h", port=1, resources=Resources(cpus=1)))
     assert agent.called("not_leader") == [("",)] and master.agents == {}
+
+
+def test_calls_arriving_while_taking_over_are_held_then_served(master):
+    gate = master.gate
+    master._leader_is(master.address)  # ZooKeeper names us; the registry is still being read
+    early = RecordingConnection("early")
+    gate.register_framework(early, FrameworkInfo(name="quick"))
+    assert early.calls == [] and not early.closed  # neither refused nor served yet
+    master._become_leader()
+    assert len(early.called("registered")) == 1 and len(master.frameworks) == 1
+
+    master._step_down("test")
+    master._leader_is(master.address)
+    late = RecordingConnection("late")
+    gate.register_framework(late, FrameworkInfo(name="late"))
+    master._leader_is("10.0.0.7:5050")  # someone else won after all: the held call is refused
+    assert late.called("not_leader") == [("10.0.0.7:5050",)] and late.closed

@@ -9,7 +9,11 @@ connections dispatch to a :class:`LeaderGate` instead of the master itself:
 - while not leading, framework and agent calls are answered ``not_leader(leader)``
   and the connection is closed, so that a driver or agent that dialled a stale
   address finds the leader; tools (``mezzo state``) still get an answer, which
-  says the master is not leading and who is.
+  says the master is not leading and who is;
+- in between, when ZooKeeper already names this master leader but it is still
+  taking over (reading the registry), calls are held and replayed the moment it
+  leads. Agents and drivers watching ZooKeeper dial it within milliseconds of the
+  election; refusing them would send each back to wait a redial interval.
 
 No split brain: the master demotes itself the moment its ZooKeeper session is in
 doubt (see :mod:`mezzo.zk.election`); from then on the gate refuses.
@@ -38,6 +42,9 @@ AGENT_CALLS = frozenset({
 TOOL_CALLS = frozenset({"request_state", "request_metrics"})
 """Calls served whether leading or not: they change nothing."""
 
+HOLD_LIMIT = 200_000
+"""Calls held while taking over; beyond this they are refused (the callers retry)."""
+
 
 class LeaderGate:
     """The handler of a master's connections; routes calls by leadership."""
@@ -45,31 +52,51 @@ class LeaderGate:
     def __init__(self, master: Master) -> None:
         self._master = master
         self._calls = [name for name in MASTER.methods if name not in TOOL_CALLS]
+        self._held: list[tuple[str, Any, tuple]] | None = None
+        """Calls kept while taking over; None when not holding."""
         for name in TOOL_CALLS:
             setattr(self, name, getattr(master, name))
         self.close()
 
     def open(self) -> None:
-        """Leading: every call goes to the master."""
+        """Leading: every call goes to the master, the held ones first."""
         for name in self._calls:
             setattr(self, name, getattr(self._master, name))
+        held, self._held = self._held or [], None
+        if held:
+            log.info("taking the calls held while taking over", calls=len(held))
+        for name, conn, args in held:
+            if getattr(conn, "is_open", True):  # its caller may have given up meanwhile
+                getattr(self._master, name)(conn, *args)
 
     def close(self) -> None:
-        """Not leading: framework and agent calls are refused."""
+        """Not leading: framework and agent calls are refused (held ones too)."""
         for name in self._calls:
             setattr(self, name, self._refusal(name))
+        held, self._held = self._held or [], None
+        for name, conn, _args in held:
+            self._refuse(name, conn)
+
+    def hold(self) -> None:
+        """ZooKeeper names this master leader but it is not leading yet: keep calls."""
+        if self._held is None:
+            self._held = []
 
     def connection_lost(self, conn: Any) -> None:
         self._master.connection_lost(conn)
 
     def _refusal(self, name: str) -> Callable[..., None]:
-        schema = AGENT if name in AGENT_CALLS else SCHEDULER
-        master = self._master
+        def refuse_or_hold(conn: Any, *args: Any) -> None:
+            held = self._held
+            if held is not None and len(held) < HOLD_LIMIT:
+                held.append((name, conn, args))
+            else:
+                self._refuse(name, conn)
 
-        def refuse(conn: Any, *_args: Any) -> None:
-            leader = master.leader_address
-            log.info("refusing a call: not the leader", call=name, peer=conn.peer, leader=leader or "unknown")
-            conn.remote(schema).not_leader(leader)
-            conn.close()
+        return refuse_or_hold
 
-        return refuse
+    def _refuse(self, name: str, conn: Any) -> None:
+        leader = self._master.leader_address
+        log.info("refusing a call: not the leader", call=name, peer=conn.peer, leader=leader or "unknown")
+        conn.remote(AGENT if name in AGENT_CALLS else SCHEDULER).not_leader(leader)
+        conn.close()

@@ -192,8 +192,14 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self._loop.call_soon_threadsafe(self._step_down, reason)
 
     def _leader_is(self, address: str) -> None:
-        if not self.leading or address:
-            self.leader_address = address
+        """What ZooKeeper says leads now (from the detector's own session)."""
+        if self.leading:
+            return  # our own election speaks for us; we step down through it
+        self.leader_address = address
+        if address == self.address:
+            self.gate.hold()  # elected, taking over: keep the calls that arrive meanwhile
+        else:
+            self.gate.close()
 
     def _become_leader(self, admitted: set[str] | None = None) -> None:
         if self.leading:
