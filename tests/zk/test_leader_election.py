@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from kazoo.client import KazooState
 from mezzo.errors import ConfigError
 from mezzo.testing import wait_for
 from mezzo.zk import LeaderDetector, LeaderElection, parse_zk_url
@@ -78,6 +79,27 @@ def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(zk):
     finally:
         b.stop()
         detector.stop()
+
+
+def test_a_standby_whose_connection_blinked_keeps_leading_once_elected(zk):
+    """A standby that lost and regained its connection while waiting in line must not
+    step down the moment it wins (the failover benchmark caught it doing so)."""
+    url = zk.url("/blink")
+    a, _ = contender(url, "10.0.0.1:5050")
+    b, b_events = contender(url, "10.0.0.2:5050")
+    try:
+        a.start()
+        wait_for(lambda: a.is_leader, 10, "the first contender to lead")
+        b.start()
+        time.sleep(0.3)
+        b._state_changed(KazooState.SUSPENDED)  # as kazoo reports a dropped connection ...
+        b._state_changed(KazooState.CONNECTED)  # ... and its recovery
+        a.stop()
+        wait_for(lambda: b.is_leader, 10, "the standby to lead")
+        time.sleep(0.5)
+        assert b.is_leader and b_events.log == ["elected"]
+    finally:
+        b.stop()
 
 
 CRASHING_LEADER = """

@@ -162,6 +162,8 @@ class AgentCalls:
             agent.free = agent.free - res
             if ex.framework_id in self.frameworks:
                 self.allocator.allocated(ex.framework_id, res)
+            else:
+                self.orphans.setdefault(ex.framework_id, []).append((agent, (ex.framework_id, ex.executor_id)))
         for rt in running:
             t = rt.task if rt is not None else None
             fid = rt.framework_id if rt is not None else None
@@ -183,21 +185,25 @@ class AgentCalls:
             agent.tasks[(fid, t.task_id)] = tr
             agent.free = agent.free - res
             framework = self.frameworks.get(fid)
-            if framework is not None and t.task_id not in framework.tasks:
+            if framework is None:
+                self.orphans.setdefault(fid, []).append((agent, tr))
+            elif t.task_id not in framework.tasks:
                 framework.tasks[t.task_id] = tr
                 self.allocator.allocated(fid, res)
 
     def _adopt_framework_tasks(self, framework) -> None:
-        """A framework came back: take in what agents reported running for it."""
+        """A framework came back: take in what agents reported running for it before
+        it did (``self.orphans``; entries gone from their agent meanwhile are skipped)."""
         fid = framework.id
-        for agent in self.agents.values():
-            for (tfid, tid), tr in agent.tasks.items():
-                if tfid == fid and tid not in framework.tasks:
-                    framework.tasks[tid] = tr
-                    self.allocator.allocated(fid, tr.resources)
-            for (efid, _eid), ex in agent.executors.items():
-                if efid == fid:
-                    self.allocator.allocated(fid, ex.resources)
+        for agent, item in self.orphans.pop(fid, ()):
+            if self.agents.get(agent.id) is not agent:
+                continue  # the agent was removed since
+            if isinstance(item, TaskRecord):
+                if agent.tasks.get((fid, item.id)) is item and item.id not in framework.tasks:
+                    framework.tasks[item.id] = item
+                    self.allocator.allocated(fid, item.resources)
+            elif item in agent.executors:
+                self.allocator.allocated(fid, agent.executors[item].resources)
 
     def _check_agent(self, conn: Any, agent: AgentInfo, call: str) -> Resources | None:
         remote = conn.remote(AGENT)

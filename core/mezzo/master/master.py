@@ -134,6 +134,9 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         """Agents awaited after a failover; offers are held while it lasts."""
         self.agent_conns: set[Any] = set()
         """Connections carrying agents, for the health check."""
+        self.orphans: dict[str, list[tuple[AgentRecord, Any]]] = {}
+        """Tasks and executor keys agents reported for frameworks not known yet, by
+        framework id, so that a framework coming back need not scan every agent."""
         self._framework_ids = itertools.count(0)
         self._agent_ids = itertools.count(0)
 

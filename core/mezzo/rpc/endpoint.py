@@ -16,6 +16,10 @@ from .connection import Connection
 from .framing import DEFAULT_MAX_FRAME
 
 
+LISTEN_BACKLOG = 4096
+"""Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
+
+
 def parse_address(text: str, default_port: int) -> tuple[str, int]:
     """``"host:port"``, ``"host"``, ``":port"`` or ``"[v6addr]:port"`` to ``(host, port)``.
 
@@ -56,6 +60,10 @@ async def serve(
         host,
         port,
         reuse_address=True,
+        # After a master failover every agent and scheduler dials the new leader at
+        # once; with asyncio's default of 100, connections beyond the queue are
+        # dropped and the kernel retries them a second later (bench/failover.py).
+        backlog=LISTEN_BACKLOG,
     )
 
 

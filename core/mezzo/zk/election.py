@@ -134,6 +134,9 @@ class LeaderElection:
         with self._lock:
             if self._stopping or not self._connected.is_set():
                 return
+            # A connection lost while we waited in line set this; left set, we would
+            # step down the moment we won.
+            self._released.clear()
             self._leading = True
         log.info("elected leader", address=self.address, path=self.url.election_path)
         self._on_elected()
