@@ -60,6 +60,9 @@ class MasterLink:
         self._on_lost = on_lost
         self.conn: Connection | None = None
         self._conn_address: tuple[str, int] | None = None
+        self.takeover_wait = 0.0
+        """Seconds before redialling a master ZooKeeper names but that said it does not
+        lead yet (0: use ``interval``); see :meth:`not_leading`."""
         self._task: asyncio.Task | None = None
 
     @property
@@ -113,7 +116,18 @@ class MasterLink:
             except Exception:
                 log.exception("handling the lost master connection failed")
             if self.target.current() == address:
-                await self.target.changed(self._interval)
+                await self.target.changed(self.takeover_wait or self._interval)
+
+    def not_leading(self, conn: Connection) -> None:
+        """The master answered ``not_leader``. If ZooKeeper names it all the same, it is
+        still taking over: redial it shortly (backing off from 50 ms), not after a whole
+        interval. ``registered()`` resets the backoff."""
+        if self.target.current() == self._conn_address:
+            self.takeover_wait = min(max(self.takeover_wait * 2, 0.05), self._interval)
+        conn.close()
+
+    def registered(self) -> None:
+        self.takeover_wait = 0.0
 
     async def close(self) -> None:
         if self._task is not None:

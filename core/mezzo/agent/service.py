@@ -45,10 +45,12 @@ class AgentService:
 
     def registered(self, conn: Connection, agent_id: str) -> None:
         if self._from_master(conn, "registered"):
+            self._agent._link.registered()
             self._agent._on_registered(agent_id or "", again=False)
 
     def reregistered(self, conn: Connection, agent_id: str) -> None:
         if self._from_master(conn, "reregistered"):
+            self._agent._link.registered()
             self._agent._on_registered(agent_id or "", again=True)
 
     def run_task(self, conn: Connection, framework: FrameworkInfo, task: TaskInfo) -> None:
@@ -87,7 +89,7 @@ class AgentService:
         if self._from_master(conn, "not_leader"):
             # We dialled a standby: leave it, the link finds the leader.
             self._agent.log.warning("the master we reached does not lead", leader=leader or "unknown")
-            conn.close()
+            self._agent._link.not_leading(conn)
 
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
         if self._from_master(conn, "reregistration_refused") and agent_id == self._agent.agent_id:

@@ -61,6 +61,10 @@ HOLD_LIMIT = 10_000
 CONNECT_TIMEOUT = 5.0
 """Seconds one dial attempt may take before it counts as failed."""
 
+TAKEOVER_RETRY = 0.05
+"""First redial of a master that ZooKeeper names leader but that answered ``not_leader``
+(it is still taking over); doubles up to ``reconnect_interval``."""
+
 
 class DriverLifecycle:
     """Base class of :class:`SchedulerDriver` and :class:`ExecutorDriver`.
@@ -94,6 +98,7 @@ class DriverLifecycle:
         # Driver-thread state.
         self._conn: Connection | None = None
         self._conn_address: tuple[str, int] | None = None
+        self._takeover_wait = 0.0
         self._dial_task: asyncio.Task | None = None
         self._held: collections.deque[tuple[str, Callable[..., None], tuple]] = collections.deque()
 
@@ -288,7 +293,15 @@ class DriverLifecycle:
             self._disconnected()
             if target.current() == address:
                 # The same peer again: give it a moment. A new leader is dialled at once.
-                await target.changed(self._reconnect_interval)
+                await target.changed(self._takeover_wait or self._reconnect_interval)
+
+    def _peer_not_leading(self, conn: Connection) -> None:
+        """The master we dialled says it does not lead. If ZooKeeper names it all the
+        same, it is still taking over: dial it again shortly (backing off), not after a
+        whole ``reconnect_interval``. Registration resets the backoff."""
+        if self._target.current() == self._conn_address:
+            self._takeover_wait = min(max(self._takeover_wait * 2, TAKEOVER_RETRY), self._reconnect_interval)
+        conn.close()
 
     def _peer_moved(self, address: tuple[str, int] | None) -> None:
         conn = self._conn

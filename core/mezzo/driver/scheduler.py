@@ -427,6 +427,7 @@ class SchedulerDriver(DriverLifecycle):
         self._framework.framework_id = framework_id
         self._master_name = master
         self._registered = True
+        self._takeover_wait = 0.0
         self._log = self._log.bind(framework_id=framework_id)
         self._log.info("reregistered" if again else "registered", master=master)
         remote = self._conn.remote(MASTER) if self._conn is not None else None
@@ -502,7 +503,7 @@ class SchedulerDriver(DriverLifecycle):
         # under way). Leave it; the dial loop finds the leader again.
         self._log.warning("the master we reached does not lead; looking for the leader",
                           peer=self.peer, leader=leader or "unknown")
-        conn.close()
+        self._peer_not_leading(conn)
 
     def _give_up(self, message: str) -> None:
         self._callback(self.scheduler, "error", message)
