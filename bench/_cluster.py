@@ -11,6 +11,17 @@ a JSON line of counters per second; a reader thread keeps the latest one.
         cluster.wait_allocated(0.95, timeout=120)
         before = cluster.sample()
         ...
+
+With ``masters`` > 1 the cluster also starts a ZooKeeper server (``zk_tick_ms``
+ticks, so that short sessions are allowed) and that many masters electing a
+leader through it (``zk_session``: their ZooKeeper session timeout, which bounds
+how soon a dead leader is noticed); the emulators are given the ``zk://`` URL and
+follow the leader. :meth:`EmulatedCluster.leader` names the leading master and
+:meth:`EmulatedCluster.kill_leader` SIGKILLs it::
+
+    with EmulatedCluster(Path(tmp), agents=1_000, masters=3, zk_session=1.0) as cluster:
+        ...
+        name, killed_at = cluster.kill_leader()
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mezzo.state_client import MasterUnreachable, fetch_metrics
-from mezzo.testing import free_port
+from mezzo.testing import ZooKeeperServer, free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -74,22 +85,41 @@ class Sample:
 
 
 class EmulatedCluster:
-    """A master plus ``agents`` emulated agents of ``agent_resources`` each."""
+    """A master (or ``masters`` masters electing through ZooKeeper) plus ``agents``
+    emulated agents of ``agent_resources`` each."""
 
     def __init__(self, workdir: Path, agents: int, *, agent_resources: str = "cpus:2;mem:2048",
-                 per_connection: int = 10, master_toml: str = "") -> None:
+                 per_connection: int = 10, master_toml: str = "", masters: int = 1,
+                 zk_session: float = 1.0, zk_tick_ms: int = 100) -> None:
         self.workdir = workdir
         self.agent_count = agents
         self.agent_resources = agent_resources
         self.per_connection = per_connection
-        self.address = f"127.0.0.1:{free_port()}"
         self.master_toml = master_toml
+        self.zk_session = zk_session
+        self.zk: ZooKeeperServer | None = None
+        if masters > 1:
+            self.zk = ZooKeeperServer(workdir / "zk", tick_ms=zk_tick_ms)
+        self.master_addresses = {"master": f"127.0.0.1:{free_port()}"} if self.zk is None else {
+            f"master-{i}": f"127.0.0.1:{free_port()}" for i in range(1, masters + 1)}
+        self.address = self.master_addresses["master"] if self.zk is None else self.zk.url("/mezzo")
+        """What the emulators are given: the master's address, or the ``zk://`` URL."""
+        self.masters: dict[str, subprocess.Popen] = {}
+        self.killed: set[str] = set()
+        """Masters killed on purpose (not an error in :meth:`_check_alive`)."""
         self.master: subprocess.Popen | None = None
+        """The lone master, or the leader as of the last :meth:`leader`."""
+        self.leader_address = self.address if self.zk is None else ""
         self.agents: Emulator | None = None
         self.frameworks: list[Emulator] = []
+        self._logs: list = []
 
     def __enter__(self) -> EmulatedCluster:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -98,30 +128,87 @@ class EmulatedCluster:
     # -- start -------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the master; :meth:`start_agents` and :meth:`start_frameworks` follow."""
+        """Start ZooKeeper (if several masters) and the masters, and wait for one to lead;
+        :meth:`start_agents` and :meth:`start_frameworks` follow."""
+        if self.zk is not None:
+            self.zk.start()
+        toml = self.master_toml
+        if self.zk is not None:
+            line = f"zk_session_timeout = {self.zk_session}\n"
+            toml = toml.replace("[master]\n", "[master]\n" + line, 1) if "[master]\n" in toml \
+                else toml + "[master]\n" + line
         config = self.workdir / "master.toml"
-        config.write_text('[log]\nlevel = "warning"\n' + self.master_toml)
-        self._master_log = open(self.workdir / "master.log", "wb")
-        self.master = subprocess.Popen(
-            [sys.executable, "-m", "mezzo.cli.main", "master", "--config", str(config), "--listen", self.address],
-            stdout=self._master_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                fetch_metrics(self.address, timeout=2)
-                break
-            except MasterUnreachable:
-                if time.monotonic() > deadline or self.master.poll() is not None:
-                    raise RuntimeError(f"master did not start; see {self.workdir / 'master.log'}") from None
-                time.sleep(0.1)
+        config.write_text('[log]\nlevel = "warning"\n' + toml)
+        self._config = config
+        for name in self.master_addresses:
+            self.start_master(name)
+        if self.zk is None:
+            self.master = self.masters["master"]
+            self._wait_master(lambda m: True, "the master to start")
+        else:
+            self.leader()
 
-    def start_agents(self, register_timeout: float = 300.0) -> float:
+    def start_master(self, name: str) -> None:
+        """Start (or restart, after :meth:`kill_leader`) the master ``name``."""
+        log = open(self.workdir / f"{name}.log", "ab")
+        self._logs.append(log)
+        argv = [sys.executable, "-m", "mezzo.cli.main", "master", "--config", str(self._config),
+                "--listen", self.master_addresses[name]]
+        if self.zk is not None:
+            argv += ["--zk", self.address]
+        self.masters[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.killed.discard(name)
+
+    def _wait_master(self, predicate, what: str, timeout: float = 30.0) -> tuple[str, dict]:
+        """Poll the masters' metrics until one satisfies ``predicate``; its name and metrics."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for name, address in self.master_addresses.items():
+                proc = self.masters.get(name)
+                if proc is None or name in self.killed:
+                    continue
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}")
+                try:
+                    metrics = fetch_metrics(address, timeout=2)
+                except MasterUnreachable:
+                    continue
+                if predicate(metrics):
+                    return name, metrics
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}; see the logs in {self.workdir}")
+            time.sleep(0.1)
+
+    def leader(self, timeout: float = 30.0) -> str:
+        """The name of the master leading now (asked of each master in turn); it also
+        becomes :attr:`master` and :attr:`leader_address`."""
+        if self.zk is None:
+            return "master"
+        name, _ = self._wait_master(lambda m: m.get("leading"), "a master to lead", timeout)
+        self.master = self.masters[name]
+        self.leader_address = self.master_addresses[name]
+        return name
+
+    def kill_leader(self) -> tuple[str, float]:
+        """SIGKILL the leading master; its name and the ``time.time()`` of the kill."""
+        name = self.leader()
+        proc = self.masters[name]
+        self.killed.add(name)
+        killed_at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.master = None
+        self.leader_address = ""
+        return name, killed_at
+
+    def start_agents(self, register_timeout: float = 300.0, report_every: float = 1.0) -> float:
         """Start the emulated agents; returns seconds until all registered."""
         started = time.monotonic()
         self.agents = Emulator(
             [sys.executable, "-m", "mezzo.emulation", "agents", "--master", self.address,
              "--count", str(self.agent_count), "--resources", self.agent_resources,
-             "--per-connection", str(self.per_connection), "--register-timeout", str(register_timeout)],
+             "--per-connection", str(self.per_connection), "--register-timeout", str(register_timeout),
+             "--report-every", str(report_every)],
             self.workdir / "agents.log")
         self.agents.wait_first(register_timeout + 10, f"{self.agent_count} emulated agents")
         return time.monotonic() - started
@@ -187,12 +274,13 @@ class EmulatedCluster:
 
     def sample(self) -> Sample:
         cpu, rss = self.master_cpu_rss()
-        m = fetch_metrics(self.address, timeout=30)
+        m = fetch_metrics(self.leader_address or self.address, timeout=30)
         return Sample(time.monotonic(), cpu, rss, m["messages_received"], m["messages_sent"], self.running)
 
     def _check_alive(self) -> None:
-        if self.master is not None and self.master.poll() is not None:
-            raise RuntimeError(f"the master exited ({self.master.returncode}); see {self.workdir / 'master.log'}")
+        for name, proc in self.masters.items():
+            if name not in self.killed and proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}")
         for em in [self.agents, *self.frameworks]:
             if em is not None and em.proc.poll() is not None:
                 raise RuntimeError(f"an emulator exited ({em.proc.returncode}); see the logs in {self.workdir}")
@@ -204,9 +292,12 @@ class EmulatedCluster:
             em.stop()
         if self.agents is not None:
             self.agents.stop()
-        if self.master is not None:
-            terminate(self.master)
-            self._master_log.close()
+        for proc in self.masters.values():
+            terminate(proc)
+        for log in self._logs:
+            log.close()
+        if self.zk is not None:
+            self.zk.stop()
 
 
 def terminate(proc: subprocess.Popen, grace: float = 20.0) -> None:

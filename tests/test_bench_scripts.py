@@ -32,3 +32,11 @@ def test_throughput_at_a_toy_size_launches_every_task():
     assert "fill run 1: 800 tasks RUNNING" in out
     assert "one run 1: 800 tasks RUNNING" in out
     assert "0 failed" in out
+
+
+def test_failover_at_a_toy_size_loses_nothing():
+    # Three masters and a ZooKeeper server; 2 s sessions leave kazoo's pings room on a busy machine.
+    out = run_bench("failover.py", "--agents", "50", "--frameworks", "5", "--runs", "1", "--settle", "0",
+                    "--session", "2")
+    assert "50 agents run 1: MTTR" in out
+    assert "tasks 100 -> 100, lost 0" in out and "PROBLEMS" not in out

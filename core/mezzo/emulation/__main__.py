@@ -47,7 +47,8 @@ async def _run_agents(args: argparse.Namespace) -> None:
         except TimeoutError:
             pass
         _report({"registered": pool.registered_count, "running": pool.running,
-                 "updates_sent": pool.updates_sent})
+                 "updates_sent": pool.updates_sent, "all_registered_at": pool.all_registered_at,
+                 "started_over": pool.started_over, "not_leader": pool.not_leader})
     await pool.stop()
 
 
@@ -68,7 +69,8 @@ def _run_frameworks(args: argparse.Namespace) -> None:
     _report({"registered": pool.registered_count()})
     while not stop.wait(args.report_every):
         _report({"registered": pool.registered_count(), **pool.counts(),
-                 "first_offer_at": pool.first_offer_at()})
+                 "first_offer_at": pool.first_offer_at(), "all_registered_at": pool.all_registered_at(),
+                 "offered_since_registered_at": pool.offered_since_registered_at()})
     pool.stop()
 
 

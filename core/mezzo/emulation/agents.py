@@ -47,6 +47,9 @@ FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 30.0
 RETRY_SCAN_SECONDS = 0.25
 """How often the pool looks for updates due to be sent again."""
+TAKEOVER_RETRY_SECONDS = 0.05
+"""First redial of a master that answered ``not_leader`` although ZooKeeper names it leader
+(doubling up to the pool's ``redial_interval``): it is taking over."""
 
 
 def task_duration(task: TaskInfo) -> float:
@@ -99,7 +102,7 @@ class EmulatedAgent:
         if not self.is_registered:
             self.is_registered = True
             self.pool._registered += 1
-        self.pool.on_registered(self)
+            self.pool.on_registered(self)
         for key, status in list(self.unacked.items()):
             self._send(status)
             self.pool.retry_later(self, key)
@@ -121,6 +124,7 @@ class EmulatedAgent:
         self.queued.clear()
         self.on_lost()
         self.agent_id = ""
+        self.pool.started_over += 1
 
     # -- tasks -----------------------------------------------------------
 
@@ -198,6 +202,10 @@ class _AgentConnection:
         self.owner: dict[tuple[str, str], EmulatedAgent] = {}
         self.conn: Connection | None = None
         self.address: tuple[str, int] | None = None
+        self.takeover_wait = 0.0
+        """Seconds before redialling a master that said it does not lead although ZooKeeper
+        names it (0: none did; the pool's ``redial_interval`` applies)."""
+        self._refused: Connection | None = None
         self._awaiting_id: list[EmulatedAgent] = []
 
     async def dial(self) -> None:
@@ -225,12 +233,14 @@ class _AgentConnection:
     # -- Agent service ---------------------------------------------------
 
     def registered(self, conn: Connection, agent_id: str) -> None:
+        self.takeover_wait = 0.0
         if self._awaiting_id:
             agent = self._awaiting_id.pop(0)
             self.by_id[agent_id] = agent
             agent.on_registered(agent_id)
 
     def reregistered(self, conn: Connection, agent_id: str) -> None:
+        self.takeover_wait = 0.0
         agent = self.by_id.get(agent_id)
         if agent is not None:
             agent.on_registered(agent_id)
@@ -269,6 +279,16 @@ class _AgentConnection:
         conn.remote(MASTER).pong()
 
     def not_leader(self, conn: Connection, leader: str) -> None:
+        if conn is not self.conn or conn is self._refused:
+            return  # one answer per call made on it: the first one counts
+        self._refused = conn
+        self.pool.not_leader += 1
+        address = self.address
+        if address is not None and (self.pool.target.current() == address or leader == f"{address[0]}:{address[1]}"):
+            # ZooKeeper names this master already (as we or it see it), and our calls beat its
+            # takeover by a few milliseconds (it answers with the leader it knew, or itself):
+            # try it again shortly rather than after a whole redial interval.
+            self.takeover_wait = min(max(self.takeover_wait * 2, TAKEOVER_RETRY_SECONDS), self.pool.redial_interval)
         conn.close()  # redialled at whoever leads
 
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
@@ -347,6 +367,15 @@ class EmulatedAgentPool:
         self.updates_sent = 0
         self.running = 0
         """Tasks running on the pool's agents now."""
+        self.all_registered_at: float | None = None
+        """``time.time()`` when the last agent (re-)registered and made the pool whole; after a
+        master failover, when the last agent re-registered with the new leader."""
+        self.started_over = 0
+        """Agents whose re-registration was refused, so that they dropped their tasks and
+        registered anew (after a failover, tasks lost: must stay 0)."""
+        self.not_leader = 0
+        """Connections a master answered ``not_leader`` (a stale address, or a master about to
+        lead that has not taken over yet): each costs a redial."""
         self.clock = _TaskClock()
         self._registered = 0
         self._all_registered: asyncio.Event | None = None
@@ -374,8 +403,10 @@ class EmulatedAgentPool:
         self._retry_task = asyncio.get_running_loop().create_task(self._retry_loop())
 
     def on_registered(self, agent: EmulatedAgent) -> None:
-        if self._all_registered is not None and self._registered == len(self.agents):
-            self._all_registered.set()
+        if self._registered == len(self.agents):
+            self.all_registered_at = time.time()
+            if self._all_registered is not None:
+                self._all_registered.set()
 
     async def wait_registered(self, timeout: float) -> None:
         assert self._all_registered is not None, "start() first"
@@ -391,7 +422,7 @@ class EmulatedAgentPool:
             while not self.stopping:
                 if self.target.current() == link.address:
                     # The same master: give it a moment. A new leader is dialled at once.
-                    await self.target.changed(self.redial_interval)
+                    await self.target.changed(link.takeover_wait or self.redial_interval)
                 try:
                     await link.dial()
                     return

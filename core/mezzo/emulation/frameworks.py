@@ -94,10 +94,31 @@ class EmulatedScheduler(Scheduler):
         self._suppressed = False
         self.first_offer_at: float | None = None
         """``time.time()`` of the first offers (the throughput benchmark's clock)."""
+        self.registrations = 0
+        """``registered`` callbacks: new framework ids (1, unless the master forgot us)."""
+        self.reregistrations = 0
+        """``reregistered`` callbacks: reconnections that kept the id (master failovers)."""
+        self.registered_at: float | None = None
+        """``time.time()`` of the latest (re-)registration; None while disconnected."""
+        self.offered_at: float | None = None
+        """``time.time()`` of the first offers since the latest (re-)registration."""
+
+    def registered(self, driver: SchedulerDriver, framework_id: str, master: str) -> None:
+        self.registrations += 1
+        self.registered_at, self.offered_at = time.time(), None
+
+    def reregistered(self, driver: SchedulerDriver, framework_id: str, master: str) -> None:
+        self.reregistrations += 1
+        self.registered_at, self.offered_at = time.time(), None
+
+    def disconnected(self, driver: SchedulerDriver) -> None:
+        self.registered_at = None
 
     def resource_offers(self, driver: SchedulerDriver, offers: list[Offer]) -> None:
         if self.first_offer_at is None:
             self.first_offer_at = time.time()
+        if self.offered_at is None:
+            self.offered_at = time.time()
         per_task = self.per_task
         for offer in offers:
             self.offers += 1
@@ -175,7 +196,7 @@ class EmulatedFrameworkPool:
     def counts(self) -> dict[str, int]:
         """Totals over every framework: offers, launched, running, finished, failed, declined."""
         out = {"offers": 0, "launched": 0, "running": 0, "finished": 0, "failed": 0, "declined": 0,
-               "duplicates": 0}
+               "duplicates": 0, "registrations": 0, "reregistrations": 0}
         for s in self.schedulers:
             out["offers"] += s.offers
             out["launched"] += s.launched
@@ -184,7 +205,21 @@ class EmulatedFrameworkPool:
             out["failed"] += s.failed
             out["declined"] += s.declined
             out["duplicates"] += s.duplicates
+            out["registrations"] += s.registrations
+            out["reregistrations"] += s.reregistrations
         return out
+
+    def all_registered_at(self) -> float | None:
+        """When the last of these frameworks (re-)registered, if all are registered now
+        (``time.time()``); after a master failover, when the last one re-registered."""
+        times = [s.registered_at for s in self.schedulers]
+        return None if not times or None in times else max(times)  # type: ignore[type-var]
+
+    def offered_since_registered_at(self) -> float | None:
+        """The earliest first offer any framework got since its latest (re-)registration:
+        after a failover, once all re-registered, when the new leader's offers began."""
+        times = [s.offered_at for s in self.schedulers if s.offered_at is not None]
+        return min(times) if times else None
 
     def first_offer_at(self) -> float | None:
         """When the first of these frameworks got its first offers (``time.time()``)."""
