@@ -3,7 +3,8 @@
 ``Agent`` is the daemon (:mod:`.agent`); the pieces it is built from are usable
 on their own: :class:`Containerizer` (isolators around a process),
 :class:`StatusUpdateStream` (reliable ordered updates), :class:`Sandbox` (the
-directory layout) and :class:`PosixIsolator` (the default isolator).
+directory layout), :class:`PosixIsolator` (the default isolator) and
+:class:`Checkpoint` (the journal a restarted agent recovers from).
 
 Names load on first use, so that ``mezzo.builtin`` importing the ``posix``
 isolator does not pull the daemon into every process that loads plugins.
@@ -17,6 +18,7 @@ from typing import Any
 _EXPORTS = {
     "Agent": ".agent",
     "AgentService": ".service",
+    "Checkpoint": ".checkpoint",
     "Containerizer": ".containerizer",
     "LaunchError": ".containerizer",
     "RunningContainer": ".containerizer",
@@ -31,6 +33,7 @@ _EXPORTS = {
 __all__ = [
     "Agent",
     "AgentService",
+    "Checkpoint",
     "Containerizer",
     "InvalidId",
     "LaunchError",

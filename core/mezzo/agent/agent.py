@@ -29,6 +29,17 @@ What it does, by the message flows of ``docs/protocol.md``:
 - Status updates leave through :mod:`.status_updates`: ordered per task, retried
   until the master acknowledges them. A task is forgotten once its terminal
   update is acknowledged.
+- Checkpointing (``agent.checkpoint``, on by default; :mod:`.checkpoint`). Every
+  task, executor, framework and status update is journaled under
+  ``<work_dir>/meta/`` before the agent acts on it. An agent that starts and finds
+  a journal (it crashed, or was SIGKILLed, with containers running) recovers
+  before it dials the master: it binds the port it had (when ``agent.listen``
+  asks for port 0), so executors find it again; adopts each command task still
+  running and reports those that ended meanwhile from their exit files; waits for
+  each custom executor to re-register; re-sends every unacknowledged update with
+  its uuid; then re-registers under the same agent id with all of it. A journal
+  from before a reboot is discarded. A clean :meth:`Agent.stop` kills every
+  container and removes the journal: only a crash leaves something to recover.
 
 Error handling: a call that makes no sense (unknown task, duplicate task id, a
 master-only call from an executor's connection, ...) is logged with who it is
@@ -42,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,17 +63,20 @@ from .. import is_terminal, state_name
 from ..config import AgentConfig
 from ..discovery import peer_address
 from ..errors import ConfigError, MezzoError
+from ..hookspecs import Container
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address, serve
 from ..services import AGENT, EXECUTOR, MASTER
 from ..wire.ttypes import AgentInfo, FrameworkInfo, RunningTask, TaskInfo, TaskState, TaskStatus
+from . import posix
+from .checkpoint import Checkpoint, CheckpointState, ContainerEntry, WorkDirBusy
 from .command_executor import CommandTask
 from .containerizer import Containerizer
 from .executors import ExecutorRun
 from .host import agent_hostname, agent_resources
 from .master_link import DEFAULT_MASTER_PORT, MasterLink
-from .sandbox import InvalidId, check_id
+from .sandbox import InvalidId, Sandbox, check_id
 from .service import AgentService
 from .status_updates import StatusUpdateManager, StreamKey
 
@@ -93,7 +107,8 @@ class TaskRecord:
 
     framework_id: str
     info: TaskInfo
-    runner: CommandTask | ExecutorRun
+    runner: CommandTask | ExecutorRun | None
+    """None for a task recovered with its end still being reported."""
 
 
 class Agent:
@@ -128,12 +143,16 @@ class Agent:
 
         self.frameworks: dict[str, FrameworkState] = {}
         self.tasks: dict[StreamKey, TaskRecord] = {}
+        self.checkpoint = Checkpoint(config.work_dir, enabled=config.checkpoint)
         self.updates = StatusUpdateManager(
             send=self._send_status,
             agent_id=lambda: self.agent_id,
             retry=config.status_update_retry,
             on_stream_end=self._forget_task,
+            journal=self.checkpoint,
         )
+        self._unreported_exits: list[tuple[str, str, int, str]] = []
+        """``executor_exited`` calls the master could not be sent yet."""
         self.log = log
         self._service = AgentService(self)
         self._server: asyncio.base_events.Server | None = None
@@ -153,14 +172,23 @@ class Agent:
         except OSError as exc:
             raise ConfigError("agent.work_dir", f"cannot create {config.work_dir!r}: {exc.strerror}") from None
         self.resources = agent_resources(config.resources, config.work_dir)
-        await self.containerizer.recover()
+        try:
+            self.checkpoint.lock()
+        except WorkDirBusy as exc:
+            raise ConfigError("agent.work_dir", f"{config.work_dir!r}: {exc}") from None
+        state = self.checkpoint.load()
+        recovered = self._recover(state) if not state.empty() else []
+        await self.containerizer.recover([c for c, _start in recovered])
+        for _container, start in recovered:
+            start()  # after the isolators recovered: a container that ended is cleaned up now
         host, port = self._listen
-        self._server = await serve(host, port, AGENT, self._service, max_frame=config.max_frame_bytes)
+        self._server = await self._bind(host, port, state.port)
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
         self.address = _join(bound[0], self.port)
         wildcard = bound[0] in ("0.0.0.0", "::", "")
         self.endpoint = _join("127.0.0.1" if wildcard else bound[0], self.port)
+        self.checkpoint.begin(self.port, self.agent_id)
         self._link = MasterLink(
             config.master,
             self._service,
@@ -177,6 +205,163 @@ class Agent:
             "agent started", address=self.address, master=self._link.address,
             resources=str(self.resources), isolation=self.containerizer.names,
         )
+
+    async def _bind(self, host: str, port: int, recovered_port: int) -> asyncio.base_events.Server:
+        max_frame = self.config.max_frame_bytes
+        executors = any(fw.executors for fw in self.frameworks.values())
+        if recovered_port and port == 0 and self.frameworks:
+            # Executors find their agent through MEZZO_AGENT_ENDPOINT: be where they look.
+            try:
+                return await serve(host, recovered_port, AGENT, self._service, max_frame=max_frame)
+            except OSError as exc:
+                (self.log.error if executors else self.log.info)(
+                    "cannot bind the port the agent had before its restart" +
+                    ("; its executors will not find it" if executors else ""),
+                    port=recovered_port, error=exc.strerror or str(exc))
+        elif recovered_port and port not in (0, recovered_port) and executors:
+            self.log.warning("agent.listen names another port than the agent had before its restart; its "
+                             "executors will not find it", port=port, before=recovered_port)
+        return await serve(host, port, AGENT, self._service, max_frame=max_frame)
+
+    # -- recovery -----------------------------------------------------------
+
+    def _recover(self, state: CheckpointState) -> list[tuple[Container, Callable[[], None]]]:
+        """Rebuild frameworks, tasks, executors and update streams from the checkpoint
+        (see the module docstring). Runs before the agent serves or dials anything.
+        Returns each container recovered, with what starts watching it."""
+        cp = self.checkpoint
+        if state.agent_id:
+            self.agent_id = state.agent_id
+            self.log = log.bind(agent=self.agent_id)
+        self.log.info("recovering from the checkpoint", checkpoint=cp.path, frameworks=len(state.frameworks),
+                      tasks=len(state.tasks), executors=len(state.executors), problems=len(state.problems))
+        self._find_unrecorded_pids(state)
+
+        # Frameworks being shut down: kill what is left of them, report nothing.
+        for fid in list(state.shutting_down):
+            for key in [k for k in state.tasks if k[0] == fid]:
+                entry = state.tasks.pop(key)
+                _kill_recorded(entry.container)
+            for key in [k for k in state.executors if k[0] == fid]:
+                _kill_recorded(state.executors.pop(key).container)
+            state.frameworks.pop(fid, None)
+            state.shutting_down.discard(fid)
+            self.log.info("killed what was left of a framework being shut down", framework=fid)
+
+        def framework(fid: str) -> FrameworkState | None:
+            fw = self.frameworks.get(fid)
+            if fw is None and fid in state.frameworks:
+                fw = self.frameworks[fid] = FrameworkState(state.frameworks[fid])
+            return fw
+
+        runs: list[ExecutorRun] = []
+        for (fid, eid), ex in list(state.executors.items()):
+            fw = framework(fid)
+            damaged = ex.damaged or state.damaged_frameworks.get(fid) or (
+                None if fw is not None and ex.info is not None else "its framework's record is missing")
+            if damaged is not None:
+                self.log.error("cannot recover an executor: its checkpoint is damaged; killing it",
+                               framework=fid, executor=eid, why=damaged)
+                _kill_recorded(ex.container)
+                del state.executors[(fid, eid)]
+                for key, t in state.tasks.items():
+                    if key[0] == fid and t.executor_id == eid:
+                        t.damaged = t.damaged or f"its executor's checkpoint is unusable: {damaged}"
+                continue
+            assert fw is not None and ex.info is not None
+            run = fw.executors[eid] = ExecutorRun.recovered(self, fw.info, ex.info, ex.container)
+            runs.append(run)
+
+        commands: list[tuple[FrameworkState, CommandTask]] = []
+        for key, t in list(state.tasks.items()):
+            fid, tid = key
+            if t.updates or t.latest is not None:
+                self.updates.recover(key, list(t.updates), set(t.seen), t.latest)
+            terminal = t.latest is not None and is_terminal(t.latest.state)
+            if terminal and not t.updates:
+                self.updates.streams.pop(key, None)  # reported and acknowledged: done with
+                cp.task_gone(fid, tid)
+                continue
+            if t.info is None and not t.damaged and terminal:
+                continue  # an answer (e.g. a rejection) still being delivered
+            fw = framework(fid)
+            problem = t.damaged or state.damaged_frameworks.get(fid)
+            if problem is None and t.info is None:
+                problem = "its task record is missing from the checkpoint"
+            if problem is None and fw is None:
+                problem = "its framework's record is missing"
+            if problem is None and not terminal and not t.executor_id and t.container is None:
+                problem = "its container's record is missing"
+            if problem is None and not terminal and t.executor_id and (fid, t.executor_id) not in state.executors:
+                problem = f"its executor {t.executor_id!r} is not in the checkpoint"
+            if problem is not None:
+                if not terminal:
+                    _kill_recorded(t.container)
+                self._fail_recovered(key, t.info, fw, problem, terminal)
+                t.damaged = None  # dealt with: its end is in its update stream now
+                continue
+            assert fw is not None and t.info is not None
+            runner: CommandTask | ExecutorRun | None = None
+            if terminal:
+                pass  # its end is being reported
+            elif not t.executor_id:
+                assert t.container is not None
+                runner = CommandTask.recovered(self, fw.info, t.info, t.container, t.latest)
+                fw.command_tasks[tid] = runner
+                commands.append((fw, runner))
+            else:
+                runner = fw.executors[t.executor_id]
+                runner.recover_task(t.info, t.launched)
+            self.tasks[key] = TaskRecord(fid, t.info, runner)
+            fw.task_ids.add(tid)
+
+        for fid in list(state.frameworks):
+            fw = self.frameworks.get(fid)
+            if fw is None or fw.idle():
+                self.frameworks.pop(fid, None)
+                cp.framework_gone(fid)
+        recovered: list[tuple[Container, Callable[[], None]]] = []
+        for fw, task in commands:
+            assert task.container is not None
+            recovered.append((task.container, lambda fw=fw, task=task: self.background(
+                self._run_command(fw, task), what=f"command task {task.task_id}")))
+        for run in runs:
+            assert run.container is not None
+            recovered.append((run.container, lambda run=run: self.background(
+                run.run(), what=f"executor {run.executor_id}")))
+        self.log.info("recovered from the checkpoint", command_tasks=len(commands), executors=len(runs),
+                      tasks=len(self.tasks), updates_pending=sum(len(s) for s in self.updates.streams.values()))
+        return recovered
+
+    def _find_unrecorded_pids(self, state: CheckpointState) -> None:
+        """Containers journaled without a pid (the agent died while launching them):
+        look for their leader by its working directory, the sandbox."""
+        missing = [t.container for t in state.tasks.values() if t.container is not None and not t.container.pid]
+        missing += [ex.container for ex in state.executors.values() if not ex.container.pid]
+        if not missing:
+            return
+        leaders = posix.session_leaders_in(c.sandbox for c in missing)
+        for c in missing:
+            entry = leaders.get(os.path.realpath(c.sandbox))
+            if entry is not None:
+                c.pid, c.start_time = entry.pid, entry.start_time
+                self.log.info("found the process of a container launched as the agent died",
+                              container=c.container_id, pid=entry.pid)
+
+    def _fail_recovered(self, key: StreamKey, info: TaskInfo | None, fw: FrameworkState | None, problem: str,
+                        terminal: bool) -> None:
+        fid, tid = key
+        self.log.error("cannot recover a task from the checkpoint; it is reported failed",
+                       framework=fid, task=tid, why=problem)
+        if not terminal:
+            self.emit_status(TaskStatus(
+                task_id=tid, framework_id=fid, state=TaskState.TASK_FAILED, reason="checkpoint_unreadable",
+                message=f"the agent restarted and could not recover the task: {problem}",
+                executor_id=(info.executor.executor_id if info is not None and info.executor is not None else tid),
+            ))
+        if info is not None and fw is not None:
+            self.tasks[key] = TaskRecord(fid, info, None)
+            fw.task_ids.add(tid)
 
     async def wait_registered(self, timeout: float | None = None) -> str:
         """Wait until registered with a master; returns the agent id.
@@ -222,6 +407,9 @@ class Agent:
                 await asyncio.gather(*pending, return_exceptions=True)
         self.updates.close()
         self.containerizer.close()
+        # Every container was killed: nothing to recover (only a crash leaves a journal).
+        self.checkpoint.clear()
+        self.checkpoint.unlock()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -279,10 +467,19 @@ class Agent:
         if self.agent_id and agent_id != self.agent_id:
             self.log.warning("master assigned a new agent id", old=self.agent_id, new=agent_id)
         self.agent_id = agent_id
+        self.checkpoint.agent(agent_id)
         self.log = log.bind(agent=agent_id)
         self.log.info("re-registered with the master" if again else "registered with the master")
         self.registered.set()
         self.updates.resend_all()
+        master = self._master()
+        exits, self._unreported_exits = self._unreported_exits, []
+        for fid, eid, status, message in exits:
+            if master is not None:
+                master.executor_exited(agent_id, fid, eid, status, message)
+            self.checkpoint.executor_gone(fid, eid)
+            if fid not in self.frameworks and not any(e[0] == fid for e in self._unreported_exits):
+                self.checkpoint.framework_gone(fid)
 
     def _on_error(self, message: str) -> None:
         self.log.error("the master refused this agent; stopping", message=message)
@@ -316,6 +513,9 @@ class Agent:
                 self.frameworks.clear()
             self.agent_id = ""
             self.log = log
+            self._unreported_exits.clear()
+            self.checkpoint.clear()
+            self.checkpoint.begin(self.port, "")
         finally:
             self._starting_over = False
         conn = self._link.conn if self._link is not None else None
@@ -372,8 +572,12 @@ class Agent:
         if fw is None:
             fw = self.frameworks[fid] = FrameworkState(framework)
         fw.info = framework
+        self.checkpoint.framework(framework)
         if task.command is not None:
             runner: CommandTask | ExecutorRun = CommandTask(self, framework, task)
+            if self.checkpoint.enabled:
+                self.checkpoint.task(fid, task, container_id=runner.container_id, sandbox=Sandbox.path_for(
+                    os.path.abspath(self.config.work_dir), fid, tid, runner.container_id))
             fw.command_tasks[tid] = runner
             self.background(self._run_command(fw, runner), what=f"command task {tid}")
         else:
@@ -385,6 +589,9 @@ class Agent:
                 return
             if runner is None:
                 runner = fw.executors[eid] = ExecutorRun(self, framework, task.executor)
+                if self.checkpoint.enabled:
+                    self.checkpoint.executor(fid, runner.info, runner.container_id, Sandbox.path_for(
+                        os.path.abspath(self.config.work_dir), fid, eid, runner.container_id))
                 self.background(runner.run(), what=f"executor {eid}")
             runner.add_task(task)
         self.tasks[key] = TaskRecord(fid, task, runner)
@@ -398,6 +605,9 @@ class Agent:
         finally:
             if fw.command_tasks.get(task.task_id) is task:
                 del fw.command_tasks[task.task_id]
+            key = (task.framework_id, task.task_id)
+            if key not in self.tasks and key not in self.updates.streams and not self._stopping:
+                self.checkpoint.task_gone(*key)  # its framework was shut down: nothing to report
             self._maybe_forget_framework(fw.info.framework_id)
 
     def kill_task(self, framework_id: str, task_id: str) -> None:
@@ -415,6 +625,8 @@ class Agent:
             ))
             return
         self.log.info("killing task", framework=framework_id, task=task_id)
+        if rec.runner is None:
+            return  # recovered with its end still being reported
         if isinstance(rec.runner, CommandTask):
             rec.runner.kill()
         else:
@@ -426,11 +638,16 @@ class Agent:
         for key in [k for k in self.tasks if k[0] == framework_id]:
             del self.tasks[key]
         fw = self.frameworks.get(framework_id)
+        for key in [k for k in self.checkpoint.state.tasks if k[0] == framework_id]:
+            if fw is None or key[1] not in fw.command_tasks:
+                self.checkpoint.task_gone(*key)  # running command tasks: once their process is gone
         if fw is None:
             self.log.info("shutdown of a framework with nothing here", framework=framework_id)
             return
         self.log.info("shutting down framework", framework=framework_id,
                       tasks=len(fw.command_tasks), executors=len(fw.executors))
+        # A restart before its containers are gone kills them and reports nothing.
+        self.checkpoint.shutdown(framework_id)
         fw.shutting_down = True
         fw.task_ids.clear()
         for task in list(fw.command_tasks.values()):
@@ -452,6 +669,7 @@ class Agent:
             self.emit_status(status)
 
     def _forget_task(self, key: StreamKey) -> None:
+        self.checkpoint.task_gone(*key)
         rec = self.tasks.pop(key, None)
         if rec is None:
             return
@@ -464,6 +682,8 @@ class Agent:
         fw = self.frameworks.get(framework_id)
         if fw is not None and fw.idle():
             del self.frameworks[framework_id]
+            if not any(e[0] == framework_id for e in self._unreported_exits):
+                self.checkpoint.framework_gone(framework_id)
 
     # -- executors --------------------------------------------------------
 
@@ -472,13 +692,18 @@ class Agent:
         fw = self.frameworks.get(run.framework_id)
         if fw is not None and fw.executors.get(run.executor_id) is run:
             del fw.executors[run.executor_id]
+        gone = True
         if not self._stopping and not (fw is not None and fw.shutting_down):
             master = self._master()
             if master is not None:
                 master.executor_exited(self.agent_id, run.framework_id, run.executor_id, exit_status, message)
             else:
-                self.log.warning("master unreachable: executor exit not reported",
-                                 framework=run.framework_id, executor=run.executor_id)
+                self.log.info("master unreachable: executor exit reported once re-registered",
+                              framework=run.framework_id, executor=run.executor_id)
+                self._unreported_exits.append((run.framework_id, run.executor_id, exit_status, message))
+                gone = False  # kept in the checkpoint until reported
+        if gone:
+            self.checkpoint.executor_gone(run.framework_id, run.executor_id)
         self._maybe_forget_framework(run.framework_id)
 
     def find_executor(self, framework_id: str, executor_id: str) -> ExecutorRun | None:
@@ -534,6 +759,12 @@ def _task_problem(task: TaskInfo) -> str | None:
         if task.executor.command is None or not task.executor.command.value:
             return "the executor's command is empty"
     return None
+
+
+def _kill_recorded(container: ContainerEntry | None) -> None:
+    """Kill what is left of a journaled container the agent does not take back."""
+    if container is not None and container.pid:
+        posix.kill_tree(container.pid, start_time=container.start_time)
 
 
 def _join(host: str, port: int) -> str:

@@ -27,6 +27,17 @@ Error handling: whatever happens to the process becomes a terminal update, never
 an exception out of :meth:`CommandTask.run`. When the process exits, any process
 it left behind in its session is killed before the isolators clean up, so a
 finished task never leaks a background child.
+
+Checkpointing (``agent.checkpoint``): the process runs under the containerizer's
+exit wrapper, which records its exit status in ``.mezzo-exit`` in the sandbox,
+and its pid and start time are journaled before TASK_RUNNING is. A task
+:meth:`CommandTask.recovered` by a restarted agent resumes where it was: a process
+still alive is adopted (TASK_RUNNING reported if it had not been, a kill in
+progress carried on); one that ended meanwhile is reported from its exit file
+(TASK_FINISHED, TASK_FAILED with ``exit_code``, TASK_KILLED if a kill was asked
+for). With no exit file (the wrapper was killed too, e.g. by SIGKILL) the task
+fails with reason ``container_lost`` and a message saying the agent cannot tell
+how it ended.
 """
 
 from __future__ import annotations
@@ -42,7 +53,8 @@ from .. import is_terminal
 from ..hookspecs import Container, ContainerLaunch
 from ..resources import Resources
 from ..wire.ttypes import CommandInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
-from .containerizer import LaunchError, RunningContainer
+from . import checkpoint, posix
+from .containerizer import EXIT_FILE, LaunchError, RunningContainer, read_exit_file
 from .posix import describe_exit
 from .sandbox import Sandbox
 
@@ -79,6 +91,10 @@ class CommandTask:
         self.task = task
         self.task_id = task.task_id
         self.container_id = uuidlib.uuid4().hex
+        self.recovering: checkpoint.ContainerEntry | None = None
+        """Set by :meth:`recovered`: the container an earlier agent started."""
+        self.container: Container | None = None
+        self._running_reported = False
         self.sandbox: Sandbox | None = None
         self.running: RunningContainer | None = None
         self.kill_requested = False
@@ -87,6 +103,32 @@ class CommandTask:
         self.finished = False
         self._kill_timer: asyncio.TimerHandle | None = None
         self.log = log.bind(agent=agent.agent_id, framework=self.framework_id, task=self.task_id)
+
+    @classmethod
+    def recovered(cls, agent: Agent, framework: FrameworkInfo, task: TaskInfo, container: checkpoint.ContainerEntry,
+                  latest: TaskStatus | None) -> CommandTask:
+        """The task as a restarted agent takes it back; :meth:`run` then resumes it."""
+        self = cls(agent, framework, task)
+        self.container_id = container.container_id
+        self.recovering = container
+        self.sandbox = Sandbox(container.sandbox)
+        state = latest.state if latest is not None else None
+        self._running_reported = state in (TaskState.TASK_RUNNING, TaskState.TASK_KILLING)
+        self.kill_requested = state == TaskState.TASK_KILLING
+        self.container = self._container(ContainerLaunch(argv=[], env={}, cwd=container.sandbox))
+        self.container.pid = container.pid or None
+        return self
+
+    def _container(self, launch: ContainerLaunch) -> Container:
+        assert self.sandbox is not None
+        return Container(
+            container_id=self.container_id,
+            framework_id=self.framework_id,
+            executor_id=self.task_id,
+            resources=Resources.of(self.task.resources),
+            sandbox=self.sandbox.path,
+            launch=launch,
+        )
 
     # -- life -------------------------------------------------------------
 
@@ -108,6 +150,9 @@ class CommandTask:
                 self.running.kill()
 
     async def _run(self) -> None:
+        if self.recovering is not None:
+            await self._resume(self.recovering)
+            return
         config = self.agent.config
         try:
             self.sandbox = Sandbox.create(config.work_dir, self.framework_id, self.task_id, self.container_id)
@@ -117,31 +162,28 @@ class CommandTask:
             return
         self._status(TaskState.TASK_STARTING)
         command = self.task.command
-        container = Container(
-            container_id=self.container_id,
-            framework_id=self.framework_id,
-            executor_id=self.task_id,
-            resources=Resources.of(self.task.resources),
-            sandbox=self.sandbox.path,
-            launch=ContainerLaunch(
-                argv=command_argv(command),
-                env=command_env(command, {
-                    "MEZZO_TASK_ID": self.task_id,
-                    "MEZZO_FRAMEWORK_ID": self.framework_id,
-                    "MEZZO_SANDBOX": self.sandbox.path,
-                }),
-                cwd=self.sandbox.path,
-            ),
-        )
+        container = self.container = self._container(ContainerLaunch(
+            argv=command_argv(command),
+            env=command_env(command, {
+                "MEZZO_TASK_ID": self.task_id,
+                "MEZZO_FRAMEWORK_ID": self.framework_id,
+                "MEZZO_SANDBOX": self.sandbox.path,
+            }),
+            cwd=self.sandbox.path,
+        ))
+        journal = self.agent.checkpoint
         containerizer = self.agent.containerizer
         try:
             self.running = await containerizer.launch(
-                container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr
+                container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr,
+                exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
             )
         except LaunchError as exc:
             self.log.warning("command task failed to launch", error=str(exc))
             self._status(TaskState.TASK_FAILED, reason="container_launch_failed", message=str(exc))
             return
+        if journal.enabled:
+            journal.pid(self.framework_id, self.task_id, checkpoint.TASK, self.running.pid, self.running.start_time)
         self.log.debug("command task started", pid=self.running.pid, container=self.container_id)
         if self._kill_hard:
             self.running.kill()
@@ -149,14 +191,59 @@ class CommandTask:
             self._start_kill()
         else:
             self._status(TaskState.TASK_RUNNING)
-        returncode = await self.running.wait()
+        await self._finish(await self.running.wait())
+
+    async def _resume(self, recorded: checkpoint.ContainerEntry) -> None:
+        """Take back the container an earlier agent started (see the module docstring)."""
+        assert self.sandbox is not None and self.container is not None
+        exit_file = os.path.join(self.sandbox.path, EXIT_FILE)
+        if not recorded.pid:
+            # The agent died between starting the launch and recording the pid, and
+            # no process of the task was found: it never started, or ended unrecorded.
+            code = read_exit_file(exit_file)
+            await self.agent.containerizer.destroy(self.container)
+            if code is None:
+                self._status(TaskState.TASK_FAILED, reason="container_lost",
+                             message="the agent died while launching the task and, restarted, found no "
+                                     "process of it and no exit status")
+            else:
+                self._report_exit(code)
+            return
+        alive = posix.identify(recorded.pid, recorded.start_time) == posix.SAME
+        self.running = RunningContainer.adopt(self.container, recorded.pid, recorded.start_time, exit_file)
+        if alive:
+            self.log.info("command task adopted after the agent restarted", pid=recorded.pid,
+                          container=self.container_id)
+            if self._kill_hard:
+                self.running.kill()
+            elif self.kill_requested:
+                self._start_kill()  # a kill was in progress: carry on with it
+            elif not self._running_reported:
+                self._status(TaskState.TASK_RUNNING)
+        else:
+            self.log.info("command task ended while the agent was down", pid=recorded.pid,
+                          container=self.container_id)
+        await self._finish(await self.running.wait())
+
+    async def _finish(self, returncode: int) -> None:
+        assert self.running is not None and self.container is not None
         self._cancel_kill_timer()
         # The leader is gone; whatever it left in its session goes with it.
         leftovers = self.running.kill()
         if leftovers:
             self.log.debug("killed processes left behind by the task", count=leftovers)
-        await containerizer.destroy(container)
-        self._report_exit(returncode)
+        await self.agent.containerizer.destroy(self.container)
+        if self.running.exit_known:
+            self._report_exit(returncode)
+        elif self.kill_requested:
+            self._status(TaskState.TASK_KILLED, message="command killed after a kill request",
+                         data=self._output_tail())
+        else:
+            self._status(TaskState.TASK_FAILED, reason="container_lost",
+                         message="the command ended without recording its exit status (killed together with "
+                                 "its wrapper, e.g. by SIGKILL); the agent, restarted since it launched the task, "
+                                 "cannot tell how it ended",
+                         data=self._output_tail())
 
     def _report_exit(self, returncode: int) -> None:
         exit_code, how = describe_exit(returncode)

@@ -55,14 +55,47 @@ class RunningContainer:
     The process is a plain :class:`subprocess.Popen`; its exit is watched through
     a pidfd on the event loop (no thread per container, no global child watcher),
     falling back to one waiting thread where pidfds are unavailable.
+
+    :meth:`adopt` makes one for a process an earlier agent started (not our child):
+    its exit is watched through a pidfd too, and its status read from the exit file
+    the wrapper writes (see :data:`EXIT_WRAPPER`).
     """
 
-    def __init__(self, container: Container, process: subprocess.Popen) -> None:
+    def __init__(self, container: Container, process: subprocess.Popen | None, *, start_time: int = 0,
+                 exit_file: str | None = None) -> None:
         self.container = container
         self.process = process
-        self.pid = process.pid
+        self.pid = process.pid if process is not None else 0
+        self.start_time = start_time
+        """The process's start time (``/proc/<pid>/stat``), 0 if not read."""
+        self.exit_file = exit_file
+        self.adopted = False
+        self.exit_known = True
+        """False for an adopted container that ended without writing its exit status."""
         self._known: set[posix.ProcessEntry] = set()
-        self._exited: asyncio.Future[int] = _watch_exit(process)
+        self._exited: asyncio.Future[int] = _watch_exit(process) if process is not None else _done(0)
+
+    @classmethod
+    def adopt(cls, container: Container, pid: int, start_time: int, exit_file: str) -> RunningContainer:
+        """Watch a container whose leader ``pid`` (started at ``start_time``) an earlier
+        agent launched under the exit wrapper. If it is already gone, :meth:`wait`
+        returns at once. Its return code comes from ``exit_file``: when there is none
+        (the wrapper was killed, e.g. with SIGKILL), :attr:`exit_known` is False and
+        the return code reads as -9."""
+        self = cls(container, None, start_time=start_time, exit_file=exit_file)
+        self.pid = pid
+        self.adopted = True
+        container.pid = pid
+        self._exited = _watch_adopted(self)
+        return self
+
+    def _adopted_exit(self) -> int:
+        assert self.exit_file is not None
+        code = read_exit_file(self.exit_file)
+        if code is None:
+            self.exit_known = False
+            return -signal.SIGKILL
+        return code
 
     def terminate(self) -> None:
         """Ask politely: SIGTERM to the container's process group.
@@ -79,7 +112,9 @@ class RunningContainer:
             # The usual end of a task: leader reaped, its process group empty, and
             # no snapshot of escapees to chase. Skip scanning /proc.
             return 0
-        return posix.kill_tree(self.pid, also=self._known)
+        # An adopted leader is not our child: once it exits, init reaps it and its
+        # pid may name another process. The start time tells them apart.
+        return posix.kill_tree(self.pid, also=self._known, start_time=self.start_time if self.adopted else None)
 
     async def wait(self) -> int:
         """The first process's return code (negative: killed by that signal)."""
@@ -119,6 +154,95 @@ def _watch_exit(process: subprocess.Popen) -> asyncio.Future[int]:
     return done
 
 
+def _done(value: int) -> asyncio.Future[int]:
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    done.set_result(value)
+    return done
+
+
+ADOPTED_POLL_INTERVAL = 0.2
+"""Seconds between checks of an adopted process where pidfds are unavailable."""
+
+
+def _watch_adopted(running: RunningContainer) -> asyncio.Future[int]:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+
+    def finish() -> None:
+        if not done.done():
+            done.set_result(running._adopted_exit())
+
+    def gone() -> bool:
+        return posix.identify(running.pid, running.start_time) != posix.SAME
+
+    try:
+        pidfd = os.pidfd_open(running.pid)
+    except ProcessLookupError:
+        loop.call_soon(finish)
+        return done
+    except (AttributeError, OSError):
+        def poll() -> None:
+            if gone():
+                finish()
+            else:
+                loop.call_later(ADOPTED_POLL_INTERVAL, poll)
+
+        poll()
+        return done
+    if gone():  # the pid was reused before we held it
+        os.close(pidfd)
+        loop.call_soon(finish)
+        return done
+
+    def readable() -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        finish()
+
+    loop.add_reader(pidfd, readable)
+    return done
+
+
+EXIT_FILE = ".mezzo-exit"
+"""Where, in its sandbox, a container launched with an exit file records its exit status."""
+
+EXIT_WRAPPER = """f=$1; shift
+trap : HUP INT TERM
+"$@"
+s=$?
+echo $s >"$f"
+case $s in 129|130|137|138|140|141|142|143) trap - HUP INT TERM; kill -$((s - 128)) $$;; esac
+exit $s"""
+"""``/bin/sh -c EXIT_WRAPPER mezzo-exit FILE ARGV...``: runs ARGV and writes its exit status
+to FILE, so that an agent restarted meanwhile learns how a container it did not start
+ended (it cannot wait() for a process that is not its child).
+
+The wrapper leads the container's session, so signals to the process group reach it
+too: it traps HUP, INT and TERM (the trap runs only once ARGV has ended, so a command
+that handles SIGTERM gets to finish), and a command killed by one of the common
+signals makes the wrapper die of the same signal, so the agent that started it sees
+the same return code as without the wrapper. SIGKILL of the whole group kills the
+wrapper before it writes anything: no exit file means "killed". ARGV runs with the
+default disposition of every signal (exec resets caught signals). The cost is one more
+``/bin/sh`` process per container (~0.8 ms of CPU where this was measured); the shell
+also notes a command killed by a signal ("Terminated") on the container's stderr.
+"""
+
+_RERAISED = {129: -1, 130: -2, 137: -9, 138: -10, 140: -12, 141: -13, 142: -14, 143: -15}
+
+
+def read_exit_file(path: str) -> int | None:
+    """The return code recorded in an exit file (negative: the wrapper died of that
+    signal, as :data:`EXIT_WRAPPER` does), or None if there is none or it is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(32)
+        status = int(text.strip())
+    except (OSError, ValueError):
+        return None
+    return _RERAISED.get(status, status)
+
+
 class Containerizer:
     """Launches containers through an ordered list of isolators."""
 
@@ -151,16 +275,22 @@ class Containerizer:
     def names(self) -> list[str]:
         return [iso.name for iso in self.isolators]
 
-    async def recover(self) -> None:
-        """At start-up: this agent checkpoints nothing, so every leftover is stale."""
+    async def recover(self, containers: Sequence[Container] = ()) -> None:
+        """At start-up: ``containers`` are those the agent recovered from its checkpoint;
+        every other leftover the isolators find is stale."""
         for iso in self.isolators:
             try:
-                await iso.recover([])
+                await iso.recover(list(containers))
             except Exception:
                 log.exception("isolator failed to recover", isolator=iso.name)
 
-    async def launch(self, container: Container, *, stdout: str, stderr: str) -> RunningContainer:
-        """Prepare, spawn and isolate ``container``; raises :class:`LaunchError`."""
+    async def launch(self, container: Container, *, stdout: str, stderr: str,
+                     exit_file: str | None = None) -> RunningContainer:
+        """Prepare, spawn and isolate ``container``; raises :class:`LaunchError`.
+
+        With ``exit_file`` the process runs under :data:`EXIT_WRAPPER`, which writes
+        its exit status there (how a restarted agent learns it), and the returned
+        container knows its leader's start time."""
         prepared: list[Isolator] = []
         running: RunningContainer | None = None
         try:
@@ -170,7 +300,7 @@ class Containerizer:
                 except Exception as exc:
                     raise LaunchError(f"isolator {iso.name!r} failed to prepare the container: {exc}") from exc
                 prepared.append(iso)
-            running = await self._spawn(container, stdout, stderr)
+            running = await self._spawn(container, stdout, stderr, exit_file)
             for iso in self.isolators:
                 try:
                     await iso.isolate(container)
@@ -185,27 +315,33 @@ class Containerizer:
             await self._cleanup(container, prepared)
             raise
 
-    async def _spawn(self, container: Container, stdout: str, stderr: str) -> RunningContainer:
+    async def _spawn(self, container: Container, stdout: str, stderr: str,
+                     exit_file: str | None = None) -> RunningContainer:
         launch = container.launch
         argv = [*launch.wrapper, *launch.argv]
         if not argv:
             raise LaunchError("nothing to run: the command is empty")
+        wrapped = exit_file is not None and bool(launch.argv)
+        if wrapped:
+            argv = [*launch.wrapper, "/bin/sh", "-c", EXIT_WRAPPER, "mezzo-exit", exit_file, *launch.argv]
         # fork+exec blocks until the child has exec'd, which on a busy machine
         # takes milliseconds; a few spawner threads keep the event loop serving
         # and let launches overlap (4-5x the throughput of spawning inline).
         spawn = asyncio.get_running_loop().run_in_executor(
-            self._threads(), _popen, argv, launch, stdout, stderr
+            self._threads(), _popen, argv, launch, stdout, stderr, wrapped
         )
         try:
-            process = await asyncio.shield(spawn)
+            process, start_time = await asyncio.shield(spawn)
         except asyncio.CancelledError:
             spawn.add_done_callback(_abandon)
             raise
+        except _NoProgram as exc:
+            raise LaunchError(f"cannot start {launch.argv[0]!r}: {exc}") from None
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise LaunchError(f"cannot start {argv[0]!r}: {reason}") from exc
         container.pid = process.pid
-        return RunningContainer(container, process)
+        return RunningContainer(container, process, start_time=start_time, exit_file=exit_file)
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._spawner is None:
@@ -252,8 +388,31 @@ class Containerizer:
         return errors
 
 
-def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -> subprocess.Popen:
-    """Runs on a spawner thread: open the output files, fork and exec."""
+class _NoProgram(Exception):
+    """The program of a wrapped launch cannot be executed (the message says why)."""
+
+
+def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
+           wrapped: bool) -> tuple[subprocess.Popen, int]:
+    """Runs on a spawner thread: open the output files, fork and exec.
+
+    ``wrapped`` (under :data:`EXIT_WRAPPER`): first check that the program can be
+    executed (under the wrapper a missing one would be the shell's exit 127, not a
+    failed launch), and afterwards read the leader's start time. Returns the process
+    and that start time (0 when not wrapped)."""
+    if wrapped and launch.argv[0] != "/bin/sh":  # the wrapper needs /bin/sh anyway
+        problem = _program_problem(launch.argv[0], launch.env, launch.cwd)
+        if problem is not None:
+            raise _NoProgram(problem)
+    process = _start(argv, launch, stdout, stderr)
+    if not wrapped:
+        return process, 0
+    # Not reaped yet (its watcher runs on the event loop, later): readable even if it exited.
+    entry = posix.read_stat(process.pid)
+    return process, entry.start_time if entry is not None else 0
+
+
+def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -> subprocess.Popen:
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         return subprocess.Popen(
             argv,
@@ -270,11 +429,27 @@ def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -
         )
 
 
-def _abandon(spawn: asyncio.Future[subprocess.Popen]) -> None:
+def _program_problem(program: str, env: dict[str, str], cwd: str) -> str | None:
+    """Why exec would not find ``program`` (as ``subprocess`` searches: the PATH of
+    ``env``, relative names from ``cwd``), or None if it would."""
+    if "/" in program:
+        candidates = [os.path.join(cwd, program)]
+    else:
+        candidates = [os.path.join(cwd, d, program) for d in os.get_exec_path(env)]
+    problem = "No such file or directory"
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return None
+            problem = "Permission denied"
+    return problem
+
+
+def _abandon(spawn: asyncio.Future[tuple[subprocess.Popen, int]]) -> None:
     """The launch was cancelled while its process was being spawned: kill it."""
     if spawn.cancelled() or spawn.exception() is not None:
         return
-    process = spawn.result()
+    process, _start_time = spawn.result()
     posix.signal_group(process.pid, signal.SIGKILL)
     threading.Thread(target=process.wait, daemon=True).start()
 

@@ -13,6 +13,8 @@ Life of an executor::
                  the agent answered registered(...) and launch_task for each queued task
     TERMINATING  shutdown asked for, or the agent is killing the process tree
     TERMINATED   the process exited; unfinished tasks failed; executor_exited sent
+    RECOVERING   (instead of LAUNCHING) a restarted agent took the executor back from
+                 its checkpoint and waits for the executor driver to re-register
 
 Error handling, the cases the tech report (§4.3) cares about:
 
@@ -26,13 +28,23 @@ Error handling, the cases the tech report (§4.3) cares about:
   ``executor_exited`` unless a more specific one applies, message with the exit
   status), and then the master hears ``executor_exited``.
 - An executor whose connection drops is given ``kill_grace_period`` to exit on
-  its own (so its real exit status is reported) and is then killed: without
-  checkpointing the agent cannot reattach to it.
+  its own (so its real exit status is reported) and is then killed.
+
+Checkpointing (``agent.checkpoint``): the executor runs under the containerizer's
+exit wrapper; its run (ExecutorInfo, container, pid and start time) and each of its
+tasks (and whether it was handed to the executor yet) are journaled. A restarted
+agent makes a RECOVERING run of each (:meth:`ExecutorRun.recovered`): the process
+is watched through a pidfd, the executor driver (which re-dials its agent for
+``recovery_timeout``) re-registers, tasks not yet handed over are launched then.
+An executor that does not re-register within ``executor_register_timeout`` is
+killed and its tasks fail with reason ``executor_reregister_timeout``; one that
+ended while the agent was down fails its tasks with its recorded exit status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid as uuidlib
 from typing import TYPE_CHECKING
 
@@ -43,8 +55,9 @@ from ..resources import Resources
 from ..rpc import Connection
 from ..services import EXECUTOR
 from ..wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
+from . import checkpoint, posix
 from .command_executor import command_argv, command_env
-from .containerizer import LaunchError, RunningContainer
+from .containerizer import EXIT_FILE, LaunchError, RunningContainer
 from .posix import describe_exit
 from .sandbox import Sandbox
 
@@ -57,6 +70,7 @@ LAUNCHING = "launching"
 REGISTERED = "registered"
 TERMINATING = "terminating"
 TERMINATED = "terminated"
+RECOVERING = "recovering"
 
 
 class ExecutorRun:
@@ -75,6 +89,7 @@ class ExecutorRun:
             framework_id=self.framework_id,
         )
         self.container_id = uuidlib.uuid4().hex
+        self.recovering: checkpoint.ContainerEntry | None = None
         self.state = LAUNCHING
         self.sandbox: Sandbox | None = None
         self.container: Container | None = None
@@ -84,15 +99,46 @@ class ExecutorRun:
         """Unfinished tasks, queued or launched."""
         self._queued: list[str] = []
         self._killed: set[str] = set()
+        self._kill_on_register: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._ended = False
         self.reason: str | None = None
         self.message: str | None = None
         self.log = log.bind(agent=agent.agent_id, framework=self.framework_id, executor=self.executor_id)
 
+    @classmethod
+    def recovered(cls, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo,
+                  container: checkpoint.ContainerEntry) -> ExecutorRun:
+        """The executor as a restarted agent takes it back (tasks follow through
+        :meth:`recover_task`); :meth:`run` then watches it."""
+        self = cls(agent, framework, info)
+        self.container_id = container.container_id
+        self.recovering = container
+        self.state = RECOVERING
+        self.sandbox = Sandbox(container.sandbox)
+        self.container = Container(
+            container_id=self.container_id,
+            framework_id=self.framework_id,
+            executor_id=self.executor_id,
+            resources=self._resources(),
+            sandbox=container.sandbox,
+            launch=ContainerLaunch(argv=[], env={}, cwd=container.sandbox),
+            pid=container.pid or None,
+        )
+        return self
+
+    def recover_task(self, task: TaskInfo, launched: bool) -> None:
+        """A task the checkpoint says this executor had, not finished (``launched``:
+        handed to the executor already, else it is launched once it re-registers)."""
+        self.tasks[task.task_id] = task
+        if not launched:
+            self._queued.append(task.task_id)
+        if self.container is not None:
+            self.container.resources = self._resources()
+
     @property
     def alive(self) -> bool:
-        return self.state in (LAUNCHING, REGISTERED)
+        return self.state in (LAUNCHING, REGISTERED, RECOVERING)
 
     # -- life -------------------------------------------------------------
 
@@ -116,6 +162,9 @@ class ExecutorRun:
                 self.conn.close()
 
     async def _run(self) -> None:
+        if self.recovering is not None:
+            await self._resume(self.recovering)
+            return
         config = self.agent.config
         try:
             self.sandbox = Sandbox.create(config.work_dir, self.framework_id, self.executor_id, self.container_id)
@@ -143,14 +192,19 @@ class ExecutorRun:
                 cwd=self.sandbox.path,
             ),
         )
+        journal = self.agent.checkpoint
         try:
             self.running = await self.agent.containerizer.launch(
-                self.container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr
+                self.container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr,
+                exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
             )
         except LaunchError as exc:
             self.log.warning("executor failed to launch", error=str(exc))
             self._end(-1, "container_launch_failed", str(exc))
             return
+        if journal.enabled:
+            journal.pid(self.framework_id, self.executor_id, checkpoint.EXECUTOR, self.running.pid,
+                        self.running.start_time)
         self.log.info("executor launched", pid=self.running.pid, container=self.container_id)
         if self.state == TERMINATING:
             self.running.kill()  # shut down while it was being launched
@@ -158,7 +212,34 @@ class ExecutorRun:
             self._timers["register"] = asyncio.get_running_loop().call_later(
                 config.executor_register_timeout, self._register_timed_out
             )
-        returncode = await self.running.wait()
+        await self._finish(await self.running.wait())
+
+    async def _resume(self, recorded: checkpoint.ContainerEntry) -> None:
+        """Watch the executor an earlier agent started; wait for it to re-register."""
+        assert self.sandbox is not None and self.container is not None
+        if not recorded.pid:
+            await self.agent.containerizer.destroy(self.container)
+            self._end(-1, "container_lost", "the agent died while launching the executor and, restarted, "
+                                            "found no process of it")
+            return
+        alive = posix.identify(recorded.pid, recorded.start_time) == posix.SAME
+        self.running = RunningContainer.adopt(self.container, recorded.pid, recorded.start_time,
+                                              os.path.join(self.sandbox.path, EXIT_FILE))
+        if alive:
+            timeout = self.agent.config.executor_register_timeout
+            self.log.info("executor adopted after the agent restarted; waiting for it to re-register",
+                          pid=recorded.pid, timeout=timeout, tasks=len(self.tasks))
+            if self.state == RECOVERING:
+                self._timers["register"] = asyncio.get_running_loop().call_later(
+                    timeout, self._reregister_timed_out)
+            elif self.state == TERMINATING:
+                self.running.kill()  # shut down before it came back
+        else:
+            self.log.info("executor ended while the agent was down", pid=recorded.pid)
+        await self._finish(await self.running.wait())
+
+    async def _finish(self, returncode: int) -> None:
+        assert self.running is not None and self.container is not None
         self.state = TERMINATED
         leftovers = self.running.kill()
         if leftovers:
@@ -167,6 +248,8 @@ class ExecutorRun:
             self.conn.close()
         await self.agent.containerizer.destroy(self.container)
         exit_status, how = describe_exit(returncode)
+        if not self.running.exit_known:
+            how = "ended without recording its exit status (killed with its wrapper, e.g. by SIGKILL)"
         self.log.info("executor exited", status=exit_status, how=how)
         self._end(exit_status, self.reason or "executor_exited", self.message or f"executor {how}")
 
@@ -175,7 +258,7 @@ class ExecutorRun:
         self._ended = True
         self.state = TERMINATED
         for task_id in list(self.tasks):
-            if task_id in self._killed:
+            if task_id in self._killed or task_id in self._kill_on_register:
                 self._status(task_id, TaskState.TASK_KILLED, message=f"task killed; {message}")
             else:
                 self._status(task_id, TaskState.TASK_FAILED, reason=reason, message=message)
@@ -187,13 +270,15 @@ class ExecutorRun:
 
     def add_task(self, task: TaskInfo) -> None:
         """Take ``task``: launch it now if the executor is registered, else queue it."""
+        launch_now = self.state == REGISTERED and self.conn is not None
+        self.agent.checkpoint.task(self.framework_id, task, executor_id=self.executor_id, launched=launch_now)
         self.tasks[task.task_id] = task
         if self.sandbox is not None:
             try:
                 self.sandbox.task_dir(task.task_id)
             except OSError as exc:
                 self.log.warning("cannot create the task's directory", task=task.task_id, error=str(exc))
-        if self.state == REGISTERED and self.conn is not None:
+        if launch_now:
             self.conn.remote(EXECUTOR).launch_task(task)
             self._update_resources()
         else:
@@ -219,6 +304,9 @@ class ExecutorRun:
             self._queued.remove(task_id)
             del self.tasks[task_id]
             self._status(task_id, TaskState.TASK_KILLED, message="task killed before its executor registered")
+            return
+        if self.state == RECOVERING:
+            self._kill_on_register.add(task_id)  # forwarded once the executor is back
             return
         if self.state != REGISTERED or self.conn is None:
             self._killed.add(task_id)  # reported TASK_KILLED when the process is gone
@@ -246,13 +334,14 @@ class ExecutorRun:
 
     def accepts_registration(self) -> bool:
         """True while waiting for the executor to register, or to come back after
-        its connection dropped (the executor driver re-dials and re-registers)."""
-        if self.state == LAUNCHING:
+        its connection dropped or the agent restarted (the executor driver re-dials
+        and re-registers)."""
+        if self.state in (LAUNCHING, RECOVERING):
             return self.conn is None
         return self.state == TERMINATING and self.conn is None and "disconnect" in self._timers
 
     def on_registered(self, conn: Connection) -> None:
-        again = self.state == TERMINATING
+        again = self.state in (TERMINATING, RECOVERING)
         self.conn = conn
         conn.tag = self
         self.state = REGISTERED
@@ -265,10 +354,14 @@ class ExecutorRun:
         for task_id in self._queued:
             task = self.tasks.get(task_id)
             if task is not None:
+                self.agent.checkpoint.launched(self.framework_id, task_id)
                 remote.launch_task(task)
         self._queued.clear()
         self._update_resources()
         self.log.info("executor re-registered" if again else "executor registered", peer=conn.peer)
+        kills, self._kill_on_register = self._kill_on_register, set()
+        for task_id in kills:
+            self.kill_task(task_id)
 
     def on_disconnected(self, conn: Connection) -> None:
         if conn is not self.conn:
@@ -303,7 +396,7 @@ class ExecutorRun:
                 self.agent.config.kill_grace_period,
                 self.terminate, None, "executor was shut down",
             )
-        elif self.state == LAUNCHING:
+        elif self.state in (LAUNCHING, RECOVERING):
             self.terminate(None, "executor was shut down")
 
     def terminate(self, reason: str | None, message: str) -> None:
@@ -315,6 +408,17 @@ class ExecutorRun:
         self.state = TERMINATING
         if self.running is not None and self.running.returncode is None:
             self.running.kill()
+
+    def _reregister_timed_out(self) -> None:
+        self._timers.pop("register", None)
+        if self.state != RECOVERING:
+            return
+        timeout = self.agent.config.executor_register_timeout
+        self.log.warning("executor did not re-register after the agent restarted; killing it", timeout=timeout)
+        self.terminate(
+            "executor_reregister_timeout",
+            f"executor did not re-register within {timeout:g}s after the agent restarted",
+        )
 
     def _register_timed_out(self) -> None:
         self._timers.pop("register", None)

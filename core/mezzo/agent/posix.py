@@ -135,14 +135,21 @@ def group_exists(leader: int) -> bool:
         return True
 
 
-def kill_tree(leader: int, also: Iterable[ProcessEntry] = ()) -> int:
+def kill_tree(leader: int, also: Iterable[ProcessEntry] = (), start_time: int | None = None) -> int:
     """SIGKILL every process of the container led by ``leader``; returns how many.
 
     The tree is first frozen with SIGSTOP and re-scanned until no new member
     appears, so a process forking in a loop cannot outrun us. ``also`` holds
     entries from an earlier :func:`snapshot`; each is killed only if the same
     process (pid and start time) is still alive.
+
+    ``start_time`` (of the leader, when known) guards against pid reuse for a
+    leader that is not our child: if ``leader`` now names another process,
+    nothing of the container can be left (the kernel does not reuse a pid while
+    a process still has it as its session or group id) and nothing is killed.
     """
+    if start_time is not None and identify(leader, start_time) == OTHER:
+        return 0
     me = os.getpid()
     stopped: dict[int, ProcessEntry] = {}
     for _ in range(20):
@@ -165,6 +172,45 @@ def kill_tree(leader: int, also: Iterable[ProcessEntry] = ()) -> int:
     for pid in stopped:
         _send(pid, signal.SIGCONT)
     return len(stopped)
+
+
+SAME = "same"
+GONE = "gone"
+OTHER = "other"
+
+
+def identify(pid: int, start_time: int) -> str:
+    """Whether the process that started at ``start_time`` as ``pid`` is still alive:
+    :data:`SAME`, :data:`GONE` (exited; a zombie counts as exited) or :data:`OTHER`
+    (the pid now names a later process)."""
+    entry = read_stat(pid)
+    if entry is None:
+        return GONE
+    if entry.start_time != start_time:
+        return OTHER
+    return GONE if entry.state in ("Z", "X") else SAME
+
+
+def session_leaders_in(directories: Iterable[str]) -> dict[str, ProcessEntry]:
+    """Live session leaders whose working directory is one of ``directories``.
+
+    How the agent finds a container whose pid it did not get to record: the
+    container's first process leads its own session and starts in its sandbox.
+    """
+    wanted = {os.path.realpath(d) for d in directories}
+    found: dict[str, ProcessEntry] = {}
+    if not wanted:
+        return found
+    for pid, entry in process_table().items():
+        if entry.session != pid:
+            continue
+        try:
+            cwd = os.readlink(f"{PROC}/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd in wanted:
+            found[cwd] = entry
+    return found
 
 
 def _send(pid: int, sig: int) -> None:

@@ -47,7 +47,14 @@ class Sandbox:
 
     @classmethod
     def create(cls, work_dir: str, framework_id: str, executor_id: str, container_id: str) -> Sandbox:
-        path = os.path.join(
+        path = cls.path_for(work_dir, framework_id, executor_id, container_id)
+        os.makedirs(path, exist_ok=True)
+        return cls(path)
+
+    @staticmethod
+    def path_for(work_dir: str, framework_id: str, executor_id: str, container_id: str) -> str:
+        """Where :meth:`create` puts that sandbox (nothing is created)."""
+        return os.path.join(
             work_dir,
             "frameworks",
             check_id("framework id", framework_id),
@@ -56,8 +63,6 @@ class Sandbox:
             "runs",
             check_id("container id", container_id),
         )
-        os.makedirs(path, exist_ok=True)
-        return cls(path)
 
     @property
     def stdout(self) -> str:

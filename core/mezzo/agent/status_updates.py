@@ -26,6 +26,11 @@ Semantics (at-least-once, as in Apache Mesos):
 - Once the terminal update of a task is acknowledged the stream ends and
   ``on_stream_end`` lets the agent drop the task. Updates arriving after a
   terminal one are dropped: a task does not come back to life.
+- With a ``journal`` (the agent's :class:`~mezzo.agent.checkpoint.Checkpoint`),
+  each update is recorded before it is first sent and each acknowledgement once
+  applied; :meth:`StatusUpdateManager.recover` rebuilds a stream from the
+  journal after the agent restarted (same uuids, so anything delivered before
+  the crash is recognised downstream).
 
 Error handling: ``send`` returns False when the master is unreachable; the update
 stays queued and the retry timer keeps ticking, so nothing is lost while the
@@ -39,6 +44,7 @@ import time
 import uuid as uuidlib
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -80,8 +86,10 @@ class StatusUpdateStream:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, status: TaskStatus) -> bool:
-        """Queue ``status`` (already stamped with a uuid); False if dropped."""
+    def add(self, status: TaskStatus, record: Callable[[TaskStatus], None] | None = None) -> bool:
+        """Queue ``status`` (already stamped with a uuid); False if dropped.
+
+        ``record`` is called with it once it is accepted, before it is sent."""
         if status.uuid in self._uuids:
             return False  # an executor retrying an update we already hold
         if self.terminal_queued:
@@ -90,6 +98,8 @@ class StatusUpdateStream:
                 framework=self.key[0], task=self.key[1], state=state_name(status.state),
             )
             return False
+        if record is not None:
+            record(status)
         self._uuids.add(status.uuid)
         self._pending.append(status)
         self.latest = status
@@ -119,6 +129,17 @@ class StatusUpdateStream:
         if self._pending:
             self._cancel_timer()
             self._interval = self._initial_retry
+            self._transmit()
+
+    def restore(self, pending: list[TaskStatus], seen: set[str], latest: TaskStatus | None) -> None:
+        """Take back what a checkpoint recorded: ``pending`` (unacknowledged, oldest
+        first) goes out again, in order, as if never sent."""
+        self._uuids.update(seen)
+        self._uuids.update(s.uuid for s in pending)
+        self._pending.extend(pending)
+        self.latest = latest if latest is not None else (pending[-1] if pending else None)
+        self.terminal_queued = self.latest is not None and is_terminal(self.latest.state)
+        if self._pending:
             self._transmit()
 
     def close(self) -> None:
@@ -156,11 +177,14 @@ class StatusUpdateManager:
         agent_id: Callable[[], str],
         retry: float,
         on_stream_end: Callable[[StreamKey], None] = lambda key: None,
+        journal: Any = None,
     ) -> None:
         self._send = send
         self._agent_id = agent_id
         self._retry = retry
         self._on_stream_end = on_stream_end
+        self._journal = journal if journal is not None and journal.enabled else None
+        self._record = self._journal.update if self._journal is not None else None
         self.streams: dict[StreamKey, StatusUpdateStream] = {}
 
     def update(self, status: TaskStatus, *, source: str = "agent") -> TaskStatus | None:
@@ -179,7 +203,7 @@ class StatusUpdateManager:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry)
-        return status if stream.add(status) else None
+        return status if stream.add(status, self._record) else None
 
     def acknowledge(self, framework_id: str, task_id: str, uuid: str) -> bool:
         """Apply the master's acknowledgement; True when it matched the update in flight."""
@@ -188,6 +212,8 @@ class StatusUpdateManager:
         if stream is None or not stream.acknowledge(uuid):
             log.debug("ignoring stale acknowledgement", framework=framework_id, task=task_id, uuid=uuid)
             return False
+        if self._journal is not None:
+            self._journal.ack(framework_id, task_id, uuid)
         if stream.ended:
             del self.streams[key]
             self._on_stream_end(key)
@@ -201,6 +227,15 @@ class StatusUpdateManager:
     def latest(self, framework_id: str, task_id: str) -> TaskStatus | None:
         stream = self.streams.get((framework_id, task_id))
         return stream.latest if stream is not None else None
+
+    def recover(self, key: StreamKey, pending: list[TaskStatus], seen: set[str],
+                latest: TaskStatus | None) -> StatusUpdateStream:
+        """Rebuild the stream of ``key`` from a checkpoint (nothing is journaled again)."""
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry)
+        stream.restore(pending, seen, latest)
+        return stream
 
     def resend_all(self) -> None:
         """After (re-)registration: every in-flight update goes out again."""
