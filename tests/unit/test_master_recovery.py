@@ -162,3 +162,34 @@ def test_calls_arriving_while_taking_over_are_held_then_served(master):
     gate.register_framework(late, FrameworkInfo(name="late"))
     master._leader_is("10.0.0.7:5050")  # someone else won after all: the held call is refused
     assert late.called("not_leader") == [("10.0.0.7:5050",)] and late.closed
+
+
+def test_a_known_agent_coming_back_without_a_task_has_it_dropped_and_gets_deferred_kills(master):
+    master._become_leader()
+    sched = RecordingConnection("scheduler")
+    master.register_framework(sched, FrameworkInfo(name="f", failover_timeout=30))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    master.reregister_agent(conn, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
+                            [], [])
+    agent = master.agents["A1"]
+    # A launch the agent never got: the master holds it as STAGING.
+    from mezzo.master.records import TaskRecord
+    lost_launch = TaskRecord(framework_id=fid, agent_id="A1", resources=Resources(cpus=1),
+                             info=TaskInfo(task_id="in-flight", agent_id="A1", resources=Resources(cpus=1)))
+    agent.tasks[(fid, "in-flight")] = lost_launch
+    master.frameworks[fid].tasks["in-flight"] = lost_launch
+    agent.free = agent.free - Resources(cpus=1)
+
+    master.connection_lost(conn)
+    master.kill_task(sched, fid, "kill-me")  # deferred: the agent is away
+    assert conn.called("kill_task") == []
+    back = RecordingConnection("back")
+    master.reregister_agent(back, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
+                            [], [])
+    ((dropped,),) = sched.called("status_update")
+    assert (dropped.task_id, TaskState(dropped.state).name, dropped.reason) == \
+        ("in-flight", "TASK_DROPPED", "task_missing_on_agent")
+    assert set(master.frameworks[fid].tasks) == {"kept", "kill-me"}
+    assert agent.free.get("cpus") == 2.0  # 4 - kept - kill-me; the dropped one is freed
+    assert back.called("kill_task") == [(fid, "kill-me")]

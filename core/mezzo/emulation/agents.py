@@ -77,6 +77,9 @@ class EmulatedAgent:
         self.link: _AgentConnection | None = None
         self.is_registered = False
         self.tasks: dict[tuple[str, str], TaskInfo] = {}
+        self.ending: dict[tuple[str, str], TaskInfo] = {}
+        """Tasks that ended whose terminal update is not acknowledged yet: still reported
+        when re-registering, as a real agent does, or the master would think them lost."""
         self.latest: dict[tuple[str, str], TaskStatus] = {}
         self.unacked: dict[tuple[str, str], TaskStatus] = {}
         """Per task, the update in flight: sent, not yet acknowledged."""
@@ -91,10 +94,11 @@ class EmulatedAgent:
         if not self.agent_id:
             master.register_agent(self.info())
         else:
+            held = {**self.ending, **self.tasks}
             running = [RunningTask(framework_id=f, task=t, latest=self.latest.get((f, t.task_id)))
-                       for (f, _), t in self.tasks.items()]
+                       for (f, _), t in held.items()]
             infos = self.pool.framework_infos
-            frameworks = [infos[f] for f in {f for f, _ in self.tasks} if f in infos]
+            frameworks = [infos[f] for f in {f for f, _ in held} if f in infos]
             master.reregister_agent(self.info(), running, [], frameworks)
 
     def on_registered(self, agent_id: str) -> None:
@@ -119,6 +123,7 @@ class EmulatedAgent:
         for key in list(self.unacked):
             self.pool.acknowledged(self, key)
         self.tasks.clear()
+        self.ending.clear()
         self.latest.clear()
         self.unacked.clear()
         self.queued.clear()
@@ -141,6 +146,7 @@ class EmulatedAgent:
         """End the task of ``key`` in ``state`` (a no-op once it ended)."""
         task = self.tasks.pop(key, None)
         if task is not None:
+            self.ending[key] = task
             self.pool.running -= 1
             self._update(key[0], task, state)
 
@@ -157,6 +163,7 @@ class EmulatedAgent:
             return False
         if key not in self.tasks:
             self.latest.pop(key, None)
+            self.ending.pop(key, None)
             return True
         return False
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from .. import is_terminal
+from .. import is_terminal, state_name
 from ..resources import InvalidResources, Resources
 from ..services import AGENT, SCHEDULER
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState, TaskStatus
@@ -121,6 +121,7 @@ class AgentCalls:
             record.info = agent
             self._attach_agent(conn, aid)
             log.info("agent re-registered", agent=aid, hostname=agent.hostname)
+            self._reconcile_agent(record, tasks or (), executors or ())
             self.observe.mezzo_agent_added(agent=agent)
         elif self.registry.verdict(aid) == REFUSE:
             # Declared lost (its tasks reported TASK_LOST), or never admitted: its
@@ -190,6 +191,47 @@ class AgentCalls:
             elif t.task_id not in framework.tasks:
                 framework.tasks[t.task_id] = tr
                 self.allocator.allocated(fid, res)
+
+    def _reconcile_agent(self, agent: AgentRecord, running, executors) -> None:
+        """A known agent came back: square what this master holds for it with what it reports.
+
+        - A task held here but not reported never reached the agent (its ``run_task``
+          was lost with the old connection) or ended unseen: its framework gets
+          TASK_DROPPED if it never started, else TASK_LOST (reason
+          ``task_missing_on_agent``), and its resources are freed.
+        - An executor held here but not reported is gone: its resources are freed.
+        - Tasks of frameworks this master removed: the agent is told to shut them down.
+        - Kills asked for while the agent was away are sent now.
+        """
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running
+                    if rt is not None and rt.task is not None}
+        for key, task in list(agent.tasks.items()):
+            if key in reported:
+                continue
+            state = TaskState.TASK_DROPPED if task.state == TaskState.TASK_STAGING else TaskState.TASK_LOST
+            self._release_task(task, agent)
+            task.state, task.reason = state, "task_missing_on_agent"
+            task.message = f"agent {agent.id} re-registered without this task"
+            self.completed_tasks.append(task)
+            status = TaskStatus(task_id=task.id, state=state, reason=task.reason, message=task.message,
+                                source="master", agent_id=agent.id, executor_id=task.executor_id,
+                                framework_id=task.framework_id, timestamp=time.time())
+            log.warning("task missing on a re-registered agent", agent=agent.id, framework=task.framework_id,
+                        task=task.id, state=state_name(state))
+            self.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
+            framework = self.frameworks.get(task.framework_id)
+            if framework is not None:
+                self._tell_status(framework, status)
+        live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}
+        for key in [k for k in agent.executors if k not in live]:
+            self._release_executor(agent, key)
+        remote = agent.conn.remote(AGENT)
+        for fid in {fid for fid, _ in reported if fid in self.removed_frameworks}:
+            remote.shutdown_framework(fid)
+        kills, agent.pending_kills = agent.pending_kills, set()
+        for fid, tid in kills:
+            if (fid, tid) in agent.tasks:
+                remote.kill_task(fid, tid)
 
     def _adopt_framework_tasks(self, framework) -> None:
         """A framework came back: take in what agents reported running for it before

@@ -60,6 +60,7 @@ class AgentRecord:
         "info",
         "offerable",
         "offers",
+        "pending_kills",
         "registered_at",
         "removal_handle",
         "tasks",
@@ -80,6 +81,8 @@ class AgentRecord:
         """Custom executors running here, keyed by (framework id, executor id)."""
         self.removal_handle: Any = None
         """Timer declaring the agent lost if it does not re-register in time."""
+        self.pending_kills: set[tuple[str, str]] = set()
+        """(framework id, task id) of kills asked for while the agent was disconnected."""
         self.registered_at = time.time()
         self.offerable = offerable
         """The master's index of offerable agents by id, or None (a record on its own)."""

@@ -99,7 +99,9 @@ class TaskCalls:
             ))
             return
         if agent.conn is None:
+            # Sent when the agent re-registers (or moot if it is declared lost).
             log.info("kill deferred: agent disconnected", framework=framework_id, task=task_id, agent=agent.id)
+            agent.pending_kills.add((framework_id, task_id))
             return
         log.info("killing task", framework=framework_id, task=task_id, agent=agent.id)
         agent.conn.remote(AGENT).kill_task(framework_id, task_id)
