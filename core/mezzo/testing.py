@@ -21,6 +21,7 @@ the tail of each is attached to start-up errors, so a failing test says why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -240,6 +241,23 @@ class LocalProcessCluster:
         masters = [n for n in self.procs if n.startswith("master")]
         for name in [n for n in self.procs if n not in masters] + masters:
             self.kill(name)
+        self._kill_leftovers()
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL any process still working in the cluster's directory: tasks of an agent
+        a test SIGKILLed and never restarted run on in their own sessions, and a failed
+        test must not leave them behind."""
+        root = str(self.dir.resolve())
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                continue
+            if cwd == root or cwd.startswith(root + os.sep):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry), signal.SIGKILL)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.dir / f"{name}.log"

@@ -7,8 +7,8 @@ At the end, as each scheduler saw it:
 - every task it launched reached a terminal state;
 - no task got two terminal updates that disagree, and at most one from its agent
   (reconciliation answers repeat what is known; they are told apart by reason);
-- the cluster agrees: no task is left on any agent or in the master, and the
-  resources are all free again.
+- the cluster agrees: no task is left in the master, the resources are all free
+  again, and no task process is left running on the machine.
 
 A launch lost with a dying master is never reported by any agent; the frameworks
 find such tasks by reconciling after each re-registration (as Mesos frameworks
@@ -18,6 +18,7 @@ not hold.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -30,12 +31,26 @@ TASKS_PER_FRAMEWORK = 150
 KILLS = 3
 
 
+def _processes_with(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
 class ChaosFramework(mezzo.Scheduler):
     """Launches ``total`` short command tasks, a few per offer, and keeps every update."""
 
-    def __init__(self, name: str, total: int) -> None:
+    def __init__(self, name: str, total: int, marker: str) -> None:
         self.name = name
         self.total = total
+        self.marker = marker
         self.lock = threading.Lock()
         self.launched: dict[str, str] = {}  # task id -> agent id
         self.updates: dict[str, list[TaskStatus]] = {}
@@ -60,7 +75,7 @@ class ChaosFramework(mezzo.Scheduler):
                     self.launched[tid] = offer.agent_id
                     tasks.append(TaskInfo(task_id=tid, agent_id=offer.agent_id,
                                           resources=Resources(cpus=0.5, mem=16),
-                                          command=CommandInfo(value="sleep 0.3")))
+                                          command=CommandInfo(value=f": {self.marker}; sleep 0.3")))
                     cpus -= 0.5
             if tasks:
                 driver.launch_tasks(offer.offer_id, tasks, Filters(refuse_seconds=0))
@@ -104,7 +119,8 @@ class ChaosFramework(mezzo.Scheduler):
 def test_repeated_leader_kills_and_an_agent_restart_lose_nothing(ha_cluster, drivers):
     cluster = ha_cluster(agents=3, master={"agent_reregister_timeout": 5.0},
                          agent_resources="cpus:4;mem:1024")
-    frameworks = [ChaosFramework(f"fw{i}", TASKS_PER_FRAMEWORK) for i in (1, 2)]
+    marker = f"chaos-{os.getpid()}-{time.monotonic_ns()}"  # names this test's task processes
+    frameworks = [ChaosFramework(f"fw{i}", TASKS_PER_FRAMEWORK, marker) for i in (1, 2)]
     for fw in frameworks:
         drivers(fw, fw.name, cluster.master, failover_timeout=120.0)
 
@@ -140,6 +156,8 @@ def test_repeated_leader_kills_and_an_agent_restart_lose_nothing(ha_cluster, dri
                      and len([a for a in s["agents"] if a["connected"]]) == 3
                      and all(a["used"] == {} for a in s["agents"]) and s, 30, "the cluster to settle")
     assert {a["hostname"] for a in state["agents"] if a["connected"]} == {"agent-1", "agent-2", "agent-3"}
+    # ... and so do the agents: no task process of this test is left on the machine.
+    assert _processes_with(marker) == []
     ends = {}
     for fw in frameworks:
         for tid in fw.launched:
