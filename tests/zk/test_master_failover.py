@@ -102,7 +102,6 @@ def test_sigkilled_leader_is_replaced_and_nothing_is_lost(ha_cluster, drivers):
 
     # "short" finishes (after 1.5 s) while no master leads: its update must still arrive, once.
     cluster.kill(old, signal.SIGKILL)
-    killed_at = time.monotonic()
     wait_for(rec.reregistered_event.is_set, 20, "the scheduler to re-register with the new leader")
     new = cluster.leader()
     assert new != old
@@ -119,7 +118,6 @@ def test_sigkilled_leader_is_replaced_and_nothing_is_lost(ha_cluster, drivers):
     assert task["state"] == "TASK_RUNNING" and task["framework_id"] == fid
     (fw,) = state["frameworks"]
     assert fw["id"] == fid and fw["used"] == {"cpus": 1.0, "mem": 64.0}
-    assert time.monotonic() - killed_at < 15
 
     # Offers resume, and leave the running task's resources out.
     n = len(rec.offers)
