@@ -207,8 +207,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     def _become_leader(self, admitted: set[str] | None = None) -> None:
         if self.leading:
             return
-        if self.terms:
-            self._fresh_state()
+        # The state is fresh: from __init__, or from _step_down, and the gate kept
+        # everyone out in between.
         self.terms += 1
         self.leading = True
         self.leader_address = self.address
