@@ -297,6 +297,19 @@ class Container:
     """Scratch space for isolators, keyed by isolator name."""
 
 
+@dataclass
+class Limitation:
+    """Why an isolator's limit ended a container, for the tasks' terminal updates.
+
+    ``reason`` is machine-readable (e.g. ``memory_limit``) and becomes
+    ``TaskStatus.reason``; ``message`` says it for people, with the numbers (e.g.
+    ``memory limit of 64 MB reached (the kernel killed the container)``).
+    """
+
+    reason: str
+    message: str
+
+
 class Isolator(Component):
     """Enforces one kind of isolation on agent containers (cgroups, namespaces, ...).
 
@@ -328,6 +341,13 @@ class Isolator(Component):
         """Resource usage, e.g. ``{"cpu_seconds": 1.5, "mem_bytes": 1e6}``.
         Default: nothing measured."""
         return {}
+
+    async def limitation(self, container: Container) -> Limitation | None:
+        """The container's processes are gone (before ``cleanup``): did this isolator's
+        limit end them? E.g. the memory cgroup's OOM killer. The first isolator, in
+        ``agent.isolation`` order, that answers one names the reason of the failed
+        tasks. Default: None (nothing of ours ended it)."""
+        return None
 
     async def cleanup(self, container: Container) -> None:
         """The container's processes are gone: remove everything made for it.

@@ -232,8 +232,13 @@ class CommandTask:
         leftovers = self.running.kill()
         if leftovers:
             self.log.debug("killed processes left behind by the task", count=leftovers)
+        limitation = await self.agent.containerizer.limitation(self.container)
         await self.agent.containerizer.destroy(self.container)
-        if self.running.exit_known:
+        if limitation is not None and not self.kill_requested:
+            exit_code, _how = describe_exit(returncode)
+            self._status(TaskState.TASK_FAILED, reason=limitation.reason, message=limitation.message,
+                         exit_code=exit_code, data=self._output_tail())
+        elif self.running.exit_known:
             self._report_exit(returncode)
         elif self.kill_requested:
             self._status(TaskState.TASK_KILLED, message="command killed after a kill request",

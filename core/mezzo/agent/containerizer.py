@@ -34,7 +34,7 @@ import structlog
 
 from ..config import AgentConfig
 from ..errors import MezzoError
-from ..hookspecs import Container, ContainerLaunch, Isolator
+from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
@@ -372,6 +372,20 @@ class Containerizer:
             except Exception:
                 log.exception("isolator failed to measure usage", isolator=iso.name)
         return out
+
+    async def limitation(self, container: Container) -> Limitation | None:
+        """Whether an isolator's limit ended the container: the first isolator's answer
+        in ``agent.isolation`` order (errors are logged and count as no answer)."""
+        for iso in self.isolators:
+            try:
+                found = await iso.limitation(container)
+            except Exception:
+                log.exception("isolator failed to tell a limitation", isolator=iso.name,
+                              container=container.container_id)
+                continue
+            if found is not None:
+                return found
+        return None
 
     async def destroy(self, container: Container) -> list[str]:
         """Clean up after a container whose processes are gone; returns error texts."""

@@ -246,12 +246,17 @@ class ExecutorRun:
             self.log.debug("killed processes left behind by the executor", count=leftovers)
         if self.conn is not None:
             self.conn.close()
+        limitation = await self.agent.containerizer.limitation(self.container)
         await self.agent.containerizer.destroy(self.container)
         exit_status, how = describe_exit(returncode)
         if not self.running.exit_known:
             how = "ended without recording its exit status (killed with its wrapper, e.g. by SIGKILL)"
-        self.log.info("executor exited", status=exit_status, how=how)
-        self._end(exit_status, self.reason or "executor_exited", self.message or f"executor {how}")
+        self.log.info("executor exited", status=exit_status, how=how,
+                      limitation=limitation.reason if limitation is not None else None)
+        if limitation is not None and self.reason is None:
+            self._end(exit_status, limitation.reason, f"{limitation.message}; executor {how}")
+        else:
+            self._end(exit_status, self.reason or "executor_exited", self.message or f"executor {how}")
 
     def _end(self, exit_status: int, reason: str, message: str) -> None:
         """Fail every unfinished task, then tell the agent (which tells the master)."""
