@@ -199,6 +199,12 @@ service Master {
                                     3: string executor_id, 4: binary data),
   /** The answer to Agent.ping: the agent (every agent on the connection) is alive. */
   oneway void pong(),
+  /**
+   * Resource usage of the agent's containers, measured by its isolators: a JSON
+   * list of {framework_id, executor_id, container_id, tasks, statistics}, sent every
+   * agent.statistics_interval while any isolator measures something.
+   */
+  oneway void container_statistics(1: string agent_id, 2: string statistics_json),
 
   // -- from tools (mezzo state)
   oneway void request_state(1: i64 request_id),
@@ -252,6 +258,10 @@ service Agent {
    */
   oneway void reregistration_refused(1: string agent_id, 2: string message),
 
+  // -- from tools (mezzo state --agent)
+  /** Answered with Tool.statistics: the usage of every container, measured now. */
+  oneway void request_statistics(1: i64 request_id),
+
   // -- from executors
   oneway void register_executor(1: string framework_id, 2: string executor_id),
   oneway void executor_status_update(1: TaskStatus status),
@@ -274,4 +284,6 @@ service Executor {
 service Tool {
   oneway void state(1: i64 request_id, 2: string state_json),
   oneway void metrics(1: i64 request_id, 2: string metrics_json),
+  /** An agent's answer to Agent.request_statistics (JSON, as Master.container_statistics). */
+  oneway void statistics(1: i64 request_id, 2: string statistics_json),
 }

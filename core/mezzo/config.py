@@ -119,6 +119,9 @@ class AgentConfig:
     """First retry interval for unacknowledged status updates (doubles up to 30 s)."""
     reconnect_interval: float = 0.5
     """Seconds between attempts to reach a lost master."""
+    statistics_interval: float = 10.0
+    """Seconds between reports of container usage to the master (``mezzo state``
+    shows them); only sent while some isolator measures something. 0 = never."""
     checkpoint: bool = True
     """Journal what the agent runs under ``<work_dir>/meta/`` so that an agent that
     restarts after a crash takes its tasks and executors back under the same id."""

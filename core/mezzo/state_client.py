@@ -4,6 +4,7 @@
     state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
     state = await fetch_state_async("127.0.0.1:5050")
     counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
+    usage = fetch_agent_statistics("127.0.0.1:5051")   # an agent's containers, measured now
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import itertools
 import json
 from typing import Any
 
-from .errors import MezzoError
 from .discovery import peer_address
-from .rpc import connect
-from .services import MASTER, TOOL
+from .errors import MezzoError
+from .rpc import connect, parse_address
+from .services import AGENT, MASTER, TOOL
 
 _request_ids = itertools.count(1)
 
@@ -39,11 +40,12 @@ class _Waiter:
         if request_id == self.request_id and not self.future.done():
             self.future.set_result(state_json)
 
-    metrics = state  # the answer to request_metrics has the same shape
+    metrics = state  # the answers to request_metrics and request_statistics have the same shape
+    statistics = state
 
     def connection_lost(self, conn: Any) -> None:
         if not self.future.done():
-            self.future.set_exception(MasterUnreachable("the master closed the connection"))
+            self.future.set_exception(MasterUnreachable("the peer closed the connection before answering"))
 
 
 async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
@@ -72,21 +74,40 @@ async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
         target.close()
     if address is None:
         raise MasterUnreachable(f"no master leads {master}")
+    return await _request("master", address, MASTER, call, timeout)
+
+
+async def fetch_agent_statistics_async(agent: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """An agent's container statistics, measured now (see :mod:`mezzo.agent.statistics`)."""
+    try:
+        address = parse_address(agent, 5051)
+    except ValueError as exc:
+        raise MasterUnreachable(str(exc)) from None
+    return await _request("agent", address, AGENT, "request_statistics", timeout)
+
+
+async def _request(who: str, address: tuple[str, int], service: Any, call: str, timeout: float) -> Any:
+    """Dial ``address``, make ``call(request_id)`` of ``service``, return the parsed answer."""
     host, port = address
     loop = asyncio.get_running_loop()
     waiter = _Waiter(next(_request_ids), loop.create_future())
     try:
         conn = await asyncio.wait_for(connect(host, port, TOOL, waiter, max_frame=ANSWER_MAX_BYTES), timeout)
     except (TimeoutError, OSError) as exc:
-        raise MasterUnreachable(f"cannot reach the master at {host}:{port}: {exc or 'timeout'}") from None
+        raise MasterUnreachable(f"cannot reach the {who} at {host}:{port}: {exc or 'timeout'}") from None
     try:
-        getattr(conn.remote(MASTER), call)(waiter.request_id)
+        getattr(conn.remote(service), call)(waiter.request_id)
         text = await asyncio.wait_for(waiter.future, timeout)
     except TimeoutError:
-        raise MasterUnreachable(f"the master at {host}:{port} did not answer within {timeout:g} s") from None
+        raise MasterUnreachable(f"the {who} at {host}:{port} did not answer within {timeout:g} s") from None
     finally:
         conn.close()
     return json.loads(text)
+
+
+def fetch_agent_statistics(agent: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Blocking :func:`fetch_agent_statistics_async`."""
+    return asyncio.run(fetch_agent_statistics_async(agent, timeout))
 
 
 def fetch_state(master: str, timeout: float = 10.0) -> dict[str, Any]:

@@ -81,6 +81,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "executor_exited": ("ag-3", "fw-7", "ex-1", -9, "killed by SIGKILL"),
         "executor_to_framework": ("ag-3", "fw-7", "ex-1", b""),
         "pong": (),
+        "container_statistics": ("ag-3", '[{"container_id": "c1", "statistics": {"cpu_seconds": 1.5}}]'),
         "request_state": (-1,),
         "request_metrics": (7,),
     },
@@ -108,6 +109,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "shutdown_framework": ("fw-7",),
         "error": ("resources 'cpus': -1 is negative",),
         "ping": (),
+        "request_statistics": (5,),
         "not_leader": ("",),
         "reregistration_refused": ("ag-3", "agent ag-3 was declared lost"),
         "register_executor": ("fw-7", "ex-1"),
@@ -125,6 +127,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
     "Tool": {
         "state": (99, '{"frameworks": [], "agents": [{"id": "ag-3"}]}'),
         "metrics": (98, '{"messages_received": 12}'),
+        "statistics": (97, '[]'),
     },
 }
 

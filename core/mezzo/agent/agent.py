@@ -78,6 +78,7 @@ from .host import agent_hostname, agent_resources
 from .master_link import DEFAULT_MASTER_PORT, MasterLink
 from .sandbox import InvalidId, Sandbox, check_id
 from .service import AgentService
+from .statistics import StatisticsReporter
 from .status_updates import StatusUpdateManager, StreamKey
 
 log = structlog.get_logger("mezzo.agent", component="agent")
@@ -151,6 +152,7 @@ class Agent:
             on_stream_end=self._forget_task,
             journal=self.checkpoint,
         )
+        self.statistics = StatisticsReporter(self, config.statistics_interval)
         self._unreported_exits: list[tuple[str, str, int, str]] = []
         """``executor_exited`` calls the master could not be sent yet."""
         self.log = log
@@ -201,6 +203,7 @@ class Agent:
             await self._link.start()
         except TimeoutError as exc:
             raise MezzoError(f"agent.master: {exc}") from None
+        self.statistics.start()
         self.log.info(
             "agent started", address=self.address, master=self._link.address,
             resources=str(self.resources), isolation=self.containerizer.names,
@@ -390,6 +393,7 @@ class Agent:
             await self.stopped.wait()
             return
         self._stopping = True
+        self.statistics.stop()
         self.registered.clear()
         if self._link is not None:
             await self._link.close()

@@ -10,11 +10,13 @@ dropped: an executor cannot launch tasks, a stranger cannot speak for an executo
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from ..rpc import Connection
-from ..services import EXECUTOR, MASTER
+from ..services import EXECUTOR, MASTER, TOOL
 from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskStatus
+from . import statistics
 from .executors import ExecutorRun
 
 if TYPE_CHECKING:
@@ -94,6 +96,17 @@ class AgentService:
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
         if self._from_master(conn, "reregistration_refused") and agent_id == self._agent.agent_id:
             self._agent._on_reregistration_refused(message or "")
+
+    # -- from tools
+
+    def request_statistics(self, conn: Connection, request_id: int) -> None:
+        rid = request_id if isinstance(request_id, int) else 0
+
+        async def answer() -> None:
+            stats = await statistics.collect(self._agent)
+            conn.remote(TOOL).statistics(rid, json.dumps(stats))
+
+        self._agent.background(answer(), what="statistics request")
 
     # -- from executors
 

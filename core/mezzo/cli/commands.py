@@ -129,8 +129,11 @@ def run(args: argparse.Namespace) -> int:
 
 def state(args: argparse.Namespace) -> int:
     cfg = _load(args, {"agent.master": args.master})
-    from ..state_client import fetch_metrics, fetch_state
+    from ..state_client import fetch_agent_statistics, fetch_metrics, fetch_state
 
+    if args.agent:
+        print(json.dumps(fetch_agent_statistics(args.agent, args.timeout), indent=2))
+        return 0
     fetch = fetch_metrics if args.metrics else fetch_state
     print(json.dumps(fetch(cfg.agent.master, args.timeout), indent=2))
     return 0

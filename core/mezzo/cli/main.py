@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="master, or the ZooKeeper its masters elect through: asks the leader "
                         "(default 127.0.0.1:5050)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)")
+    p.add_argument("--agent", metavar="HOST:PORT", default=None,
+                   help="print this agent's container statistics (usage measured by its isolators) instead")
     p.add_argument("--metrics", action="store_true",
                    help="print only the master's counters (messages in and out, allocation cycles, CPU, memory), "
                         "which cost the master next to nothing at any cluster size")

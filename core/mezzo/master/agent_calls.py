@@ -13,6 +13,7 @@ executors and frameworks; one declared lost is told to start over.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -78,6 +79,22 @@ class AgentCalls:
                 self.request_allocation()
 
         self.registry.admit(aid, admitted)
+
+    def container_statistics(self, conn: Any, agent_id: str, statistics_json: str) -> None:
+        """An agent's latest container usage (see :mod:`mezzo.agent.statistics`), kept for
+        ``mezzo state``. Anything but a JSON list is logged and dropped."""
+        agent = self._agent_of(conn, "container_statistics", agent_id)
+        if agent is None:
+            return
+        try:
+            stats = json.loads(statistics_json or "[]")
+        except ValueError as exc:
+            log.warning("container statistics are not JSON; dropped", agent=agent.id, error=str(exc))
+            return
+        if not isinstance(stats, list):
+            log.warning("container statistics are not a list; dropped", agent=agent.id)
+            return
+        agent.statistics = stats
 
     def pong(self, conn: Any) -> None:
         """An agent answered a ping. Nothing to do: any message counts as a sign of

@@ -35,7 +35,7 @@ log = structlog.get_logger("mezzo.master", component="master")
 
 AGENT_CALLS = frozenset({
     "register_agent", "reregister_agent", "status_update", "executor_exited",
-    "executor_to_framework", "pong",
+    "executor_to_framework", "pong", "container_statistics",
 })
 """Master calls only agents make (the rest, but tools', are schedulers')."""
 

@@ -63,6 +63,7 @@ class AgentRecord:
         "pending_kills",
         "registered_at",
         "removal_handle",
+        "statistics",
         "tasks",
         "total",
     )
@@ -81,6 +82,8 @@ class AgentRecord:
         """Custom executors running here, keyed by (framework id, executor id)."""
         self.removal_handle: Any = None
         """Timer declaring the agent lost if it does not re-register in time."""
+        self.statistics: list = []
+        """The agent's latest container usage report (``container_statistics``)."""
         self.pending_kills: set[tuple[str, str]] = set()
         """(framework id, task id) of kills asked for while the agent was disconnected."""
         self.registered_at = time.time()

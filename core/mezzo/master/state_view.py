@@ -52,6 +52,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "used": as_dict(_used(a)),
                 "tasks": len(a.tasks),
                 "executors": [{"framework_id": f, "executor_id": e} for (f, e) in a.executors],
+                "containers": a.statistics,
             }
             for a in master.agents.values()
         ],

@@ -126,6 +126,16 @@ class Iface(object):
         """
         pass
 
+    def request_statistics(self, request_id):
+        """
+        Answered with Tool.statistics: the usage of every container, measured now.
+
+        Parameters:
+         - request_id
+
+        """
+        pass
+
     def register_executor(self, framework_id, executor_id):
         """
         Parameters:
@@ -361,6 +371,24 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def request_statistics(self, request_id):
+        """
+        Answered with Tool.statistics: the usage of every container, measured now.
+
+        Parameters:
+         - request_id
+
+        """
+        self.send_request_statistics(request_id)
+
+    def send_request_statistics(self, request_id):
+        self._oprot.writeMessageBegin('request_statistics', TMessageType.ONEWAY, self._seqid)
+        args = request_statistics_args()
+        args.request_id = request_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def register_executor(self, framework_id, executor_id):
         """
         Parameters:
@@ -431,6 +459,7 @@ class Processor(Iface, TProcessor):
         self._processMap["ping"] = Processor.process_ping
         self._processMap["not_leader"] = Processor.process_not_leader
         self._processMap["reregistration_refused"] = Processor.process_reregistration_refused
+        self._processMap["request_statistics"] = Processor.process_request_statistics
         self._processMap["register_executor"] = Processor.process_register_executor
         self._processMap["executor_status_update"] = Processor.process_executor_status_update
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
@@ -572,6 +601,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.reregistration_refused(args.agent_id, args.message)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_request_statistics(self, seqid, iprot, oprot):
+        args = request_statistics_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.request_statistics(args.request_id)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1486,6 +1526,79 @@ reregistration_refused_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'agent_id', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
+)
+
+
+class request_statistics_args(object):
+    """
+    Attributes:
+     - request_id
+
+    """
+
+    __slots__ = (
+        'request_id',
+    )
+
+
+    def __init__(self, request_id=None,):
+        self.request_id = request_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('request_statistics_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(request_statistics_args)
+request_statistics_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
 )
 
 

@@ -193,6 +193,19 @@ class Iface(object):
         """
         pass
 
+    def container_statistics(self, agent_id, statistics_json):
+        """
+        Resource usage of the agent's containers, measured by its isolators: a JSON
+        list of {framework_id, executor_id, container_id, tasks, statistics}, sent every
+        agent.statistics_interval while any isolator measures something.
+
+        Parameters:
+         - agent_id
+         - statistics_json
+
+        """
+        pass
+
     def request_state(self, request_id):
         """
         Parameters:
@@ -553,6 +566,28 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def container_statistics(self, agent_id, statistics_json):
+        """
+        Resource usage of the agent's containers, measured by its isolators: a JSON
+        list of {framework_id, executor_id, container_id, tasks, statistics}, sent every
+        agent.statistics_interval while any isolator measures something.
+
+        Parameters:
+         - agent_id
+         - statistics_json
+
+        """
+        self.send_container_statistics(agent_id, statistics_json)
+
+    def send_container_statistics(self, agent_id, statistics_json):
+        self._oprot.writeMessageBegin('container_statistics', TMessageType.ONEWAY, self._seqid)
+        args = container_statistics_args()
+        args.agent_id = agent_id
+        args.statistics_json = statistics_json
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def request_state(self, request_id):
         """
         Parameters:
@@ -609,6 +644,7 @@ class Processor(Iface, TProcessor):
         self._processMap["executor_exited"] = Processor.process_executor_exited
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
         self._processMap["pong"] = Processor.process_pong
+        self._processMap["container_statistics"] = Processor.process_container_statistics
         self._processMap["request_state"] = Processor.process_request_state
         self._processMap["request_metrics"] = Processor.process_request_metrics
         self._on_message_begin = None
@@ -815,6 +851,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.pong()
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_container_statistics(self, seqid, iprot, oprot):
+        args = container_statistics_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.container_statistics(args.agent_id, args.statistics_json)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -2469,6 +2516,92 @@ class pong_args(object):
         return not (self == other)
 all_structs.append(pong_args)
 pong_args.thrift_spec = (
+)
+
+
+class container_statistics_args(object):
+    """
+    Attributes:
+     - agent_id
+     - statistics_json
+
+    """
+
+    __slots__ = (
+        'agent_id',
+        'statistics_json',
+    )
+
+
+    def __init__(self, agent_id=None, statistics_json=None,):
+        self.agent_id = agent_id
+        self.statistics_json = statistics_json
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.agent_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.statistics_json = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('container_statistics_args')
+        if self.agent_id is not None:
+            oprot.writeFieldBegin('agent_id', TType.STRING, 1)
+            oprot.writeString(self.agent_id.encode('utf-8') if sys.version_info[0] == 2 else self.agent_id)
+            oprot.writeFieldEnd()
+        if self.statistics_json is not None:
+            oprot.writeFieldBegin('statistics_json', TType.STRING, 2)
+            oprot.writeString(self.statistics_json.encode('utf-8') if sys.version_info[0] == 2 else self.statistics_json)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(container_statistics_args)
+container_statistics_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'agent_id', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'statistics_json', 'UTF8', None, ),  # 2
 )
 
 

@@ -42,6 +42,17 @@ class Iface(object):
         """
         pass
 
+    def statistics(self, request_id, statistics_json):
+        """
+        An agent's answer to Agent.request_statistics (JSON, as Master.container_statistics).
+
+        Parameters:
+         - request_id
+         - statistics_json
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -90,6 +101,26 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def statistics(self, request_id, statistics_json):
+        """
+        An agent's answer to Agent.request_statistics (JSON, as Master.container_statistics).
+
+        Parameters:
+         - request_id
+         - statistics_json
+
+        """
+        self.send_statistics(request_id, statistics_json)
+
+    def send_statistics(self, request_id, statistics_json):
+        self._oprot.writeMessageBegin('statistics', TMessageType.ONEWAY, self._seqid)
+        args = statistics_args()
+        args.request_id = request_id
+        args.statistics_json = statistics_json
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -97,6 +128,7 @@ class Processor(Iface, TProcessor):
         self._processMap = {}
         self._processMap["state"] = Processor.process_state
         self._processMap["metrics"] = Processor.process_metrics
+        self._processMap["statistics"] = Processor.process_statistics
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -136,6 +168,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.metrics(args.request_id, args.metrics_json)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_statistics(self, seqid, iprot, oprot):
+        args = statistics_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.statistics(args.request_id, args.statistics_json)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -313,6 +356,92 @@ metrics_args.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'request_id', None, None, ),  # 1
     (2, TType.STRING, 'metrics_json', 'UTF8', None, ),  # 2
+)
+
+
+class statistics_args(object):
+    """
+    Attributes:
+     - request_id
+     - statistics_json
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'statistics_json',
+    )
+
+
+    def __init__(self, request_id=None, statistics_json=None,):
+        self.request_id = request_id
+        self.statistics_json = statistics_json
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.statistics_json = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('statistics_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.statistics_json is not None:
+            oprot.writeFieldBegin('statistics_json', TType.STRING, 2)
+            oprot.writeString(self.statistics_json.encode('utf-8') if sys.version_info[0] == 2 else self.statistics_json)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(statistics_args)
+statistics_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.STRING, 'statistics_json', 'UTF8', None, ),  # 2
 )
 fix_spec(all_structs)
 del all_structs
