@@ -40,3 +40,9 @@ def test_failover_at_a_toy_size_loses_nothing():
                     "--session", "2")
     assert "50 agents run 1: MTTR" in out
     assert "tasks 100 -> 100, lost 0" in out and "PROBLEMS" not in out
+
+
+def test_short_tasks_at_a_toy_size_finishes_every_task():
+    out = run_bench("short_tasks.py", "--tasks", "100", "--runs", "1")
+    assert "run 1: posix: 100 tasks at" in out
+    assert "run 1: posix, no checkpoint: 100 tasks at" in out
