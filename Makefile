@@ -45,6 +45,7 @@ bench: setup
 	$(PY) bench/state_polling.py
 	$(PY) bench/failover.py
 	$(PY) bench/short_tasks.py
+	$(PY) bench/overhead.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup

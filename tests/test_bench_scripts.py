@@ -46,3 +46,9 @@ def test_short_tasks_at_a_toy_size_finishes_every_task():
     out = run_bench("short_tasks.py", "--tasks", "100", "--runs", "1")
     assert "run 1: posix: 100 tasks at" in out
     assert "run 1: posix, no checkpoint: 100 tasks at" in out
+
+
+def test_overhead_at_a_toy_size_runs_both_ways():
+    out = run_bench("overhead.py", "--tasks", "4", "--seconds", "0.1", "--runs", "1")
+    assert "run 1: direct: 4 tasks in" in out and "run 1: mezzo: 4 tasks in" in out
+    assert "Overhead:" in out
