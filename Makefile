@@ -21,6 +21,9 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt
 	@test -f /usr/share/java/zookeeper.jar || { echo "installing zookeeper (apt-get; the tests start their own server)"; \
 		apt-get install -y -q zookeeper >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q zookeeper >/dev/null); }
+	@command -v lxc-execute >/dev/null || { echo "installing lxc (apt-get; the lxc isolator's tests run real containers)"; \
+		apt-get install -y -q --no-install-recommends lxc >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends lxc >/dev/null); }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(foreach d,$(DISTS),-e ./$(d)) -r requirements-dev.txt
