@@ -97,6 +97,8 @@ class Job(mezzo.Scheduler):
             if batch and self.started is None:
                 self.started = time.perf_counter()
             driver.launch_tasks(offer.offer_id, batch, Filters(refuse_seconds=0))
+            if self.launched == self.tasks:
+                driver.set_needs_offers(False)  # nothing left to launch: no more offers, please
 
     def status_update(self, driver, status):
         if not mezzo.is_terminal(status.state):
