@@ -8,7 +8,7 @@ hooks, which need no privileges with this isolator.
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,14 +27,26 @@ NAME = "example/procstat"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def example_installed():
-    """Install the example as a plugin author's user would (pip, editable)."""
-    if importlib.util.find_spec("mezzo_isolator_procstat") is None:
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                            "-e", str(EXAMPLE)], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "mezzo", "plugins"], capture_output=True, text=True, timeout=60)
-    assert NAME in r.stdout, r.stdout
+def example_installed(tmp_path_factory):
+    """Install the example as a plugin's user would (pip), into a directory of its own
+    that the daemons of these tests get on their PYTHONPATH: installing into the running
+    interpreter's environment would show its entry point to this process, which could
+    not import it until restarted."""
+    target = tmp_path_factory.mktemp("site")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                        str(EXAMPLE)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), saved]))
+    try:
+        r = subprocess.run([sys.executable, "-m", "mezzo", "plugins"], capture_output=True, text=True, timeout=60)
+        assert NAME in r.stdout, r.stdout + r.stderr
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _one_task(command: str):

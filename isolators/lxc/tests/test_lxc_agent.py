@@ -35,8 +35,9 @@ def test_a_command_runs_in_an_lxc_container_with_its_limits_and_exit_status(lxc_
     cluster = lxc_cluster()
     task = run_task(cluster, 'readlink /proc/self/ns/pid; echo "pid $$"; sleep 1; exit 3', cpus=0.5, mem=64)
     memory = wait_for(lambda: _payload("memory"), 15, "the container's payload cgroup")
-    assert _read(f"{memory}/memory.limit_in_bytes") == str(64 * MB)
-    assert _read(f"{_payload('cpu')}/cpu.shares") == "512"
+    # lxc creates the cgroup before it writes the limits: wait for them, a moment at most.
+    wait_for(lambda: _read(f"{memory}/memory.limit_in_bytes") == str(64 * MB), 5, "the memory limit")
+    wait_for(lambda: _read(f"{_payload('cpu')}/cpu.shares") == "512", 5, "the cpu shares")
     (agent,) = cluster.state()["agents"]
     stats = wait_for(lambda: fetch_agent_statistics(f"127.0.0.1:{agent['port']}"), 10, "usage")
     assert stats[0]["statistics"]["mem_limit_bytes"] == 64 * MB
