@@ -49,6 +49,9 @@ bench: setup
 	$(PY) bench/failover.py
 	$(PY) bench/short_tasks.py
 	$(PY) bench/overhead.py
+	$(PY) bench/isolator_cost.py
+	$(PY) bench/bandwidth.py
+	$(PY) bench/cpu_isolation.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup

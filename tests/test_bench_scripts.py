@@ -52,3 +52,10 @@ def test_overhead_at_a_toy_size_runs_both_ways():
     out = run_bench("overhead.py", "--tasks", "4", "--seconds", "0.1", "--runs", "1")
     assert "run 1: direct: 4 tasks in" in out and "run 1: mezzo: 4 tasks in" in out
     assert "Overhead:" in out
+
+
+def test_cpu_isolation_at_a_toy_size_measures_every_configuration():
+    out = run_bench("cpu_isolation.py", "--hog-procs", "8", "--requests", "100", "--runs", "1", "--settle", "0.2")
+    assert "run 1: alone: 100 requests" in out and "run 1: hog, posix: 100 requests" in out
+    assert "run 1: hog, cgroups/cpu: 100 requests" in out or "hog, cgroups/cpu: skipped" in out
+    assert "leftover processes after the kills: 0" in out
