@@ -316,3 +316,17 @@ def machine() -> str:
     import platform
 
     return f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def isolation_unavailable(isolation: list[str]) -> str | None:
+    """Why an ``agent.isolation`` list cannot run on this machine (an isolator not
+    installed, or not root for anything beyond ``posix``), or None."""
+    from mezzo.plugins import load_plugins
+
+    installed = set(load_plugins().registry.names("isolator"))
+    missing = [n for n in isolation if n not in installed]
+    if missing:
+        return f"not installed: {', '.join(missing)}"
+    if any(n != "posix" for n in isolation) and os.geteuid() != 0:
+        return "needs root"
+    return None

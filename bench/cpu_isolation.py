@@ -51,10 +51,9 @@ from pathlib import Path
 
 import mezzo
 import mezzo.log
-from _cluster import machine
+from _cluster import isolation_unavailable, machine
 from _report import write_section
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
-from mezzo.plugins import load_plugins
 from mezzo.testing import ClusterError, LocalProcessCluster, free_port
 
 MESSAGE = 64
@@ -109,17 +108,6 @@ CONFIGS = [
     ("hog, cgroups/cpu", ["posix", "cgroups/cpu"], True),
 ]
 ONE_CPU = Resources(cpus=1, mem=256)
-
-
-def runnable(isolation: list[str]) -> str | None:
-    """Why this isolation cannot run here, or None."""
-    installed = set(load_plugins().registry.names("isolator"))
-    missing = [n for n in isolation if n not in installed]
-    if missing:
-        return f"not installed: {', '.join(missing)}"
-    if any(n != "posix" for n in isolation) and os.geteuid() != 0:
-        return "needs root"
-    return None
 
 
 class Pair(mezzo.Scheduler):
@@ -329,7 +317,7 @@ def _autogroup(value: str | None) -> str | None:
 def _main(args: argparse.Namespace, autogroup: str | None) -> None:
     configs = []
     for label, isolation, hog in CONFIGS:
-        why = runnable(isolation)
+        why = isolation_unavailable(isolation)
         if why is not None:
             print(f"{label}: skipped ({why})")
         configs.append((label, isolation, hog, why))

@@ -32,7 +32,7 @@ import time
 import uuid
 
 import mezzo.log
-from _cluster import machine
+from _cluster import isolation_unavailable, machine
 from _report import write_section
 from mezzo import Resources
 from mezzo.agent.containerizer import Containerizer
@@ -52,12 +52,9 @@ CONFIGS = [
 
 def build(isolation: list[str], work: str) -> Containerizer | str:
     """The containerizer, or why it cannot run here."""
-    installed = set(load_plugins().registry.names("isolator"))
-    missing = [n for n in isolation if n not in installed]
-    if missing:
-        return f"not installed: {', '.join(missing)}"
-    if any(n != "posix" for n in isolation) and os.geteuid() != 0:
-        return "needs root"
+    why = isolation_unavailable(isolation)
+    if why is not None:
+        return why
     try:
         return Containerizer.from_config(AgentConfig(isolation=isolation, work_dir=work), load_plugins())
     except MezzoError as exc:

@@ -24,19 +24,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import mezzo
 import mezzo.log
-from _cluster import machine
+from _cluster import isolation_unavailable, machine
 from _report import write_section
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
-from mezzo.plugins import load_plugins
 from mezzo.testing import ClusterError, LocalProcessCluster
 
 CONFIGS = [
@@ -86,17 +83,6 @@ class Filler(mezzo.Scheduler):
             self.done.set()
 
 
-def runnable(isolation: list[str]) -> str | None:
-    """Why this isolation cannot run here, or None."""
-    installed = set(load_plugins().registry.names("isolator"))
-    missing = [n for n in isolation if n not in installed]
-    if missing:
-        return f"not installed: {', '.join(missing)}"
-    if any(n != "posix" for n in isolation) and os.geteuid() != 0:
-        return "needs root"
-    return None
-
-
 def one_run(isolation: list[str], checkpoint: bool, tasks: int, timeout: float) -> float:
     with tempfile.TemporaryDirectory(prefix="short-tasks-") as tmp:
         cluster = LocalProcessCluster(
@@ -127,7 +113,7 @@ def main() -> None:
 
     configs = []
     for label, isolation, checkpoint in CONFIGS:
-        why = runnable(isolation)
+        why = isolation_unavailable(isolation)
         if why is not None:
             print(f"{label}: skipped ({why})")
         configs.append((label, isolation, checkpoint, why))

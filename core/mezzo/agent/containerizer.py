@@ -27,7 +27,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
@@ -415,7 +415,7 @@ def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
     failed launch), and afterwards read the leader's start time. Returns the process
     and that start time (0 when not wrapped)."""
     if wrapped and launch.argv[0] != "/bin/sh":  # the wrapper needs /bin/sh anyway
-        problem = _program_problem(launch.argv[0], launch.env, launch.cwd)
+        problem = program_problem(launch.argv[0], launch.env, launch.cwd)
         if problem is not None:
             raise _NoProgram(problem)
     process = _start(argv, launch, stdout, stderr)
@@ -443,13 +443,14 @@ def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -
         )
 
 
-def _program_problem(program: str, env: dict[str, str], cwd: str) -> str | None:
+def program_problem(program: str, env: Mapping[str, str], cwd: str) -> str | None:
     """Why exec would not find ``program`` (as ``subprocess`` searches: the PATH of
-    ``env``, relative names from ``cwd``), or None if it would."""
+    ``env``, relative names from ``cwd``), or None if it would. Isolators that wrap the
+    command (``lxc``) use it to fail a launch with the reason instead of an exit status."""
     if "/" in program:
         candidates = [os.path.join(cwd, program)]
     else:
-        candidates = [os.path.join(cwd, d, program) for d in os.get_exec_path(env)]
+        candidates = [os.path.join(cwd, d, program) for d in os.get_exec_path(dict(env))]
     problem = "No such file or directory"
     for path in candidates:
         if os.path.isfile(path):

@@ -51,6 +51,7 @@ from typing import Any
 
 import structlog
 from mezzo.agent import posix
+from mezzo.agent.containerizer import program_problem
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import Container, Isolator, Limitation
 
@@ -177,7 +178,7 @@ class LxcIsolator(Isolator):
         directory = self._dir(name)
         launch = container.launch
         if launch.argv:
-            problem = _program_problem(launch.argv[0], launch.env, launch.cwd)
+            problem = program_problem(launch.argv[0], launch.env, launch.cwd)
             if problem is not None:
                 raise RuntimeError(f"cannot start {launch.argv[0]!r}: {problem}")
         limits = self._limits(container.resources)
@@ -312,22 +313,6 @@ def _string(settings: Mapping[str, Any], key: str, name: str, default: str) -> s
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}.{name}", f"expected a non-empty string, got {value!r}")
     return value
-
-
-def _program_problem(program: str, env: Mapping[str, str], cwd: str) -> str | None:
-    """Why ``program`` could not be executed (searched as execvp does, in ``env``'s PATH),
-    or None. Inside the container lxc's init would only report it as exit status 255."""
-    if "/" in program:
-        candidates = [os.path.join(cwd, program)]
-    else:
-        candidates = [os.path.join(cwd, d, program) for d in os.get_exec_path(dict(env))]
-    problem = "No such file or directory"
-    for path in candidates:
-        if os.path.isfile(path):
-            if os.access(path, os.X_OK):
-                return None
-            problem = "Permission denied"
-    return problem
 
 
 def _owner_alive(path: str) -> bool:
