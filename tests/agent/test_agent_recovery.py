@@ -28,7 +28,7 @@ from agent_harness import (
 )
 from mezzo.agent import Agent, checkpoint, posix
 from mezzo.agent.checkpoint import Checkpoint
-from mezzo.agent.containerizer import EXIT_FILE, EXIT_WRAPPER
+from mezzo.agent.containerizer import EXIT_FILE, exit_wrapped
 from mezzo.agent.sandbox import Sandbox
 from mezzo.errors import ConfigError
 from mezzo.plugins import load_plugins
@@ -215,7 +215,7 @@ class CrashedAgent:
     def spawn(self, box: Path, argv: list[str]) -> subprocess.Popen:
         box.mkdir(parents=True, exist_ok=True)
         with open(box / "stdout", "ab") as out, open(box / "stderr", "ab") as err:
-            proc = subprocess.Popen(["/bin/sh", "-c", EXIT_WRAPPER, "mezzo-exit", str(box / EXIT_FILE), *argv],
+            proc = subprocess.Popen(exit_wrapped(argv, str(box / EXIT_FILE)),
                                     cwd=box, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self.procs.append(proc)

@@ -206,13 +206,17 @@ def _watch_adopted(running: RunningContainer) -> asyncio.Future[int]:
 EXIT_FILE = ".mezzo-exit"
 """Where, in its sandbox, a container launched with an exit file records its exit status."""
 
-EXIT_WRAPPER = """f=$1; shift
+def _exit_wrapper(run: str) -> str:
+    return f"""__mezzo_exit_file=$1; shift
 trap : HUP INT TERM
-"$@"
-s=$?
-echo $s >"$f"
-case $s in 129|130|137|138|140|141|142|143) trap - HUP INT TERM; kill -$((s - 128)) $$;; esac
-exit $s"""
+{run}
+__mezzo_status=$?
+echo $__mezzo_status >"$__mezzo_exit_file"
+case $__mezzo_status in 129|130|137|138|140|141|142|143) trap - HUP INT TERM; kill -$((__mezzo_status - 128)) $$;; esac
+exit $__mezzo_status"""
+
+
+EXIT_WRAPPER = _exit_wrapper('"$@"')
 """``/bin/sh -c EXIT_WRAPPER mezzo-exit FILE ARGV...``: runs ARGV and writes its exit status
 to FILE, so that an agent restarted meanwhile learns how a container it did not start
 ended (it cannot wait() for a process that is not its child).
@@ -224,9 +228,29 @@ signals makes the wrapper die of the same signal, so the agent that started it s
 the same return code as without the wrapper. SIGKILL of the whole group kills the
 wrapper before it writes anything: no exit file means "killed". ARGV runs with the
 default disposition of every signal (exec resets caught signals). The cost is one more
-``/bin/sh`` process per container (~0.8 ms of CPU where this was measured); the shell
-also notes a command killed by a signal ("Terminated") on the container's stderr.
+``/bin/sh`` process per container; the shell also notes a command killed by a signal
+("Terminated") on the container's stderr.
 """
+
+SHELL_EXIT_WRAPPER = _exit_wrapper(
+    '(__mezzo_command=$1; shift; unset __mezzo_exit_file; eval "$__mezzo_command")')
+"""``/bin/sh -c SHELL_EXIT_WRAPPER /bin/sh FILE COMMAND``: :data:`EXIT_WRAPPER` for a
+shell command (what ``/bin/sh -c COMMAND`` would run). COMMAND runs in a subshell of
+the wrapper, a fork without an exec, instead of in a second ``/bin/sh``: that second
+shell cost about 1 ms of CPU per task and a third of the short-task throughput
+(``bench/short_tasks.py``). The subshell resets the wrapper's traps, so COMMAND sees
+default signal dispositions, ``$0`` is ``/bin/sh`` and there are no positional
+parameters, as under ``/bin/sh -c``. Differences a command can notice: shell
+errors read ``eval: ...`` and the variable ``__mezzo_command`` is set.
+"""
+
+
+def exit_wrapped(argv: Sequence[str], exit_file: str) -> list[str]:
+    """``argv`` under the exit wrapper that writes its status to ``exit_file``."""
+    if len(argv) == 3 and argv[0] == "/bin/sh" and argv[1] == "-c":
+        return ["/bin/sh", "-c", SHELL_EXIT_WRAPPER, "/bin/sh", exit_file, argv[2]]
+    return ["/bin/sh", "-c", EXIT_WRAPPER, "mezzo-exit", exit_file, *argv]
+
 
 _RERAISED = {129: -1, 130: -2, 137: -9, 138: -10, 140: -12, 141: -13, 142: -14, 143: -15}
 
@@ -323,7 +347,7 @@ class Containerizer:
             raise LaunchError("nothing to run: the command is empty")
         wrapped = exit_file is not None and bool(launch.argv)
         if wrapped:
-            argv = [*launch.wrapper, "/bin/sh", "-c", EXIT_WRAPPER, "mezzo-exit", exit_file, *launch.argv]
+            argv = [*launch.wrapper, *exit_wrapped(launch.argv, exit_file)]
         # fork+exec blocks until the child has exec'd, which on a busy machine
         # takes milliseconds; a few spawner threads keep the event loop serving
         # and let launches overlap (4-5x the throughput of spawning inline).

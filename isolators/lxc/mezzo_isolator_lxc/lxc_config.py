@@ -12,6 +12,10 @@ cgroup v1 hierarchy. What the config says, and why:
   be mounted anew in a network namespace of the container's own, so it is only with
   ``empty``. The cgroup file systems are not mounted anew: lxc 5.0's ``cgroup:mixed``
   gave an empty /sys/fs/cgroup here, and with the host's /sys they are the host's.
+- The sandbox (the working directory) is bind-mounted onto itself: lxc gives the
+  container a /dev of its own, so a work dir under /dev/shm, say, would otherwise be
+  missing inside. Paths in mount entries are blank-separated, so a working directory
+  with blanks is refused.
 - ``lxc.console.path = none`` and no ttys/ptys: the task's stdin, stdout and stderr
   are passed through as the agent opened them (without it lxc opens /dev/pts/0).
 - lxc clears the environment; ``lxc.environment = KEY`` (no value) copies KEY from
@@ -94,6 +98,9 @@ def config_text(*, name: str, directory: str, cwd: str, env_keys: list[str], lim
     """The ``lxc.conf`` of container ``name`` whose files are in ``directory``.
     ``net_type`` is lxc's: ``none`` (the host's network) or ``empty`` (loopback only)."""
     check_line_value("the working directory", cwd)
+    if any(c.isspace() for c in cwd) or not os.path.isabs(cwd):
+        raise ValueError(f"the working directory {cwd!r} cannot be mounted into an lxc container "
+                         "(it must be an absolute path without blanks)")
     lines = [
         "# Written by mezzo's lxc isolator (mezzo-isolator-lxc); removed with the container.",
         f"lxc.net.0.type = {net_type}",
@@ -104,6 +111,8 @@ def config_text(*, name: str, directory: str, cwd: str, env_keys: list[str], lim
         "lxc.mount.auto = " + ("proc:mixed" if net_type == "none" else "proc:mixed sys:mixed"),
         f"lxc.init.cwd = {cwd}",
     ]
+    if cwd != "/":
+        lines.append(f"lxc.mount.entry = {cwd} {cwd.lstrip('/')} none bind,create=dir 0 0")
     for key in env_keys:
         if "=" in key:
             raise ValueError(f"the environment variable name {key!r} contains '='")

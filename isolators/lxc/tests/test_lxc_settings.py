@@ -46,3 +46,16 @@ def test_the_config_passes_the_environment_by_name_only():
     with pytest.raises(ValueError, match="line break"):
         config_text(name="x", directory="/d", cwd="/s", env_keys=["BAD\nKEY"], limits=limits_for(0, 0, hard_cpu=False),
                     net_type="none", swap_accounted=False, extra=[])
+
+
+def test_the_sandbox_is_mounted_into_the_container_wherever_it_is():
+    def config(cwd):
+        return config_text(name="x", directory="/d", cwd=cwd, env_keys=[], limits=limits_for(0, 0, hard_cpu=False),
+                           net_type="none", swap_accounted=False, extra=[]).splitlines()
+
+    # lxc gives the container a /dev of its own: without the bind mount a work dir
+    # under /dev/shm is missing inside and lxc cannot even enter it.
+    assert "lxc.mount.entry = /dev/shm/w/runs/c dev/shm/w/runs/c none bind,create=dir 0 0" in config("/dev/shm/w/runs/c")
+    assert not any(line.startswith("lxc.mount.entry") for line in config("/"))
+    with pytest.raises(ValueError, match="without blanks"):
+        config("/work dir/sandbox")
