@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import ClassVar
 
@@ -341,6 +342,13 @@ class _Failing(Isolator):
     async def prepare(self, container):
         if container.executor_id == "doomed":
             raise RuntimeError("no room at the inn")
+        if container.executor_id == "doomed-in-child":
+            container.launch.preexec.append(_enter_nowhere)
+
+
+def _enter_nowhere():
+    """A preexec function that fails in the child, as entering a namespace that is gone would."""
+    os.open("/nonexistent/netns", os.O_RDONLY)
 
 
 class _Plugin:
@@ -364,9 +372,16 @@ def test_isolators_run_in_order_and_a_failing_one_fails_the_launch(tmp_path):
             final = await master.wait_final("doomed")
             assert name(final.state) == "TASK_FAILED" and final.reason == "container_launch_failed"
             assert "test/failing" in final.message and "no room at the inn" in final.message
+            # Failing between fork and exec: the message still names the isolator and the error.
+            master.agent.run_task(FRAMEWORK, command_task("doomed-in-child", "true"))
+            final = await master.wait_final("doomed-in-child")
+            assert name(final.state) == "TASK_FAILED" and final.reason == "container_launch_failed"
+            assert "'test/failing' failed in the container's process before exec" in final.message
+            assert "/nonexistent/netns" in final.message
         assert _Recording.events == [
             "prepare ok", "isolate ok", "cleanup ok",
             "prepare doomed", "cleanup doomed",
+            "prepare doomed-in-child", "cleanup doomed-in-child",
         ]
         await master.close()
 

@@ -318,13 +318,16 @@ class Containerizer:
         prepared: list[Isolator] = []
         running: RunningContainer | None = None
         try:
+            preexec_owners: dict[int, str] = {}
             for iso in self.isolators:
                 try:
                     await iso.prepare(container)
                 except Exception as exc:
                     raise LaunchError(f"isolator {iso.name!r} failed to prepare the container: {exc}") from exc
                 prepared.append(iso)
-            running = await self._spawn(container, stdout, stderr, exit_file)
+                for fn in container.launch.preexec:
+                    preexec_owners.setdefault(id(fn), iso.name)
+            running = await self._spawn(container, stdout, stderr, exit_file, preexec_owners)
             for iso in self.isolators:
                 try:
                     await iso.isolate(container)
@@ -340,7 +343,8 @@ class Containerizer:
             raise
 
     async def _spawn(self, container: Container, stdout: str, stderr: str,
-                     exit_file: str | None = None) -> RunningContainer:
+                     exit_file: str | None = None, preexec_owners: Mapping[int, str] | None = None
+                     ) -> RunningContainer:
         launch = container.launch
         argv = [*launch.wrapper, *launch.argv]
         if not argv:
@@ -352,7 +356,7 @@ class Containerizer:
         # takes milliseconds; a few spawner threads keep the event loop serving
         # and let launches overlap (4-5x the throughput of spawning inline).
         spawn = asyncio.get_running_loop().run_in_executor(
-            self._threads(), _popen, argv, launch, stdout, stderr, wrapped
+            self._threads(), _popen, argv, launch, stdout, stderr, wrapped, preexec_owners or {}
         )
         try:
             process, start_time = await asyncio.shield(spawn)
@@ -361,6 +365,9 @@ class Containerizer:
             raise
         except _NoProgram as exc:
             raise LaunchError(f"cannot start {launch.argv[0]!r}: {exc}") from None
+        except subprocess.SubprocessError as exc:
+            # A preexec function raised in the child; it said which and why on stderr.
+            raise LaunchError(_preexec_failure(stderr) or f"cannot start {argv[0]!r}: {exc}") from exc
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise LaunchError(f"cannot start {argv[0]!r}: {reason}") from exc
@@ -431,7 +438,7 @@ class _NoProgram(Exception):
 
 
 def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
-           wrapped: bool) -> tuple[subprocess.Popen, int]:
+           wrapped: bool, preexec_owners: Mapping[int, str]) -> tuple[subprocess.Popen, int]:
     """Runs on a spawner thread: open the output files, fork and exec.
 
     ``wrapped`` (under :data:`EXIT_WRAPPER`): first check that the program can be
@@ -442,7 +449,7 @@ def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
         problem = program_problem(launch.argv[0], launch.env, launch.cwd)
         if problem is not None:
             raise _NoProgram(problem)
-    process = _start(argv, launch, stdout, stderr)
+    process = _start(argv, launch, stdout, stderr, preexec_owners)
     if not wrapped:
         return process, 0
     # Not reaped yet (its watcher runs on the event loop, later): readable even if it exited.
@@ -450,7 +457,8 @@ def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
     return process, entry.start_time if entry is not None else 0
 
 
-def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -> subprocess.Popen:
+def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
+           preexec_owners: Mapping[int, str]) -> subprocess.Popen:
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         return subprocess.Popen(
             argv,
@@ -463,7 +471,7 @@ def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str) -
             # Isolators' preexec functions run between fork and exec of a threaded
             # process (as they would from the event loop's thread): the contract is
             # that they only make system calls (join a cgroup, enter a namespace).
-            preexec_fn=_chain(launch.preexec) if launch.preexec else None,  # noqa: PLW1509
+            preexec_fn=_chain(launch.preexec, preexec_owners) if launch.preexec else None,  # noqa: PLW1509
         )
 
 
@@ -493,12 +501,40 @@ def _abandon(spawn: asyncio.Future[tuple[subprocess.Popen, int]]) -> None:
     threading.Thread(target=process.wait, daemon=True).start()
 
 
-def _chain(functions: list[Callable[[], None]]) -> Callable[[], None]:
+PREEXEC_FAILED = "mezzo: isolator "
+"""How the line a failing preexec function writes to the container's stderr starts."""
+
+
+def _chain(functions: list[Callable[[], None]], owners: Mapping[int, str]) -> Callable[[], None]:
+    """One preexec function running ``functions`` in order. The child cannot send an
+    exception back (``subprocess`` only says that one happened), so a failing one
+    writes which isolator it belongs to and why to the container's stderr (fd 2
+    by then) and re-raises."""
+    named = [(fn, owners.get(id(fn), "?")) for fn in functions]
+
     def run_all() -> None:
-        for fn in functions:
-            fn()
+        for fn, owner in named:
+            try:
+                fn()
+            except BaseException as exc:
+                line = f"{PREEXEC_FAILED}{owner!r} failed in the container's process before exec: {exc}\n"
+                os.write(2, line.encode("utf-8", "replace"))
+                raise
 
     return run_all
+
+
+def _preexec_failure(stderr: str) -> str | None:
+    """The last line :func:`_chain` wrote to the container's ``stderr`` file, if any."""
+    try:
+        with open(stderr, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = [line for line in tail.splitlines() if line.startswith(PREEXEC_FAILED)]
+    return found[-1][len("mezzo: "):] if found else None
 
 
 async def _reap(running: RunningContainer) -> None:
