@@ -96,7 +96,9 @@ class Job(mezzo.Scheduler):
                                       command=CommandInfo(value=shlex.join(task_argv(self.loops)))))
             if batch and self.started is None:
                 self.started = time.perf_counter()
-            driver.launch_tasks(offer.offer_id, batch, Filters(refuse_seconds=0))
+            # The default refuse filter (5 s): what is left of the offer (memory without cpus)
+            # is not offered again every cycle, and a freed cpu lifts the filter at once.
+            driver.launch_tasks(offer.offer_id, batch, Filters())
             if self.launched == self.tasks:
                 driver.set_needs_offers(False)  # nothing left to launch: no more offers, please
 

@@ -274,9 +274,11 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
     def now(self) -> float:
         return self._loop.time() if self._loop is not None else time.monotonic()
 
-    def request_allocation(self) -> None:
+    def request_allocation(self, *, prompt: bool = False) -> None:
+        """Ask for an allocation cycle; ``prompt`` for resources a task's end freed
+        (see :class:`~mezzo.master.allocation.AllocationTimer`)."""
         if self._timer is not None:
-            self._timer.request()
+            self._timer.request(prompt=prompt)
 
     # ---------------------------------------------------------------- offers
 

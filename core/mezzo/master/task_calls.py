@@ -125,7 +125,7 @@ class TaskCalls:
             if is_terminal(status.state):
                 self._release_task(task, agent)
                 self.completed_tasks.append(task)
-                self.request_allocation()
+                self.request_allocation(prompt=True)
         self.observe.mezzo_task_status(framework_id=fid, status=status)
         if record is None:
             # Nobody will acknowledge for a framework that is gone: do it for it so the
