@@ -368,7 +368,7 @@ class Containerizer:
         except subprocess.SubprocessError as exc:
             # A preexec function raised in the child; it said which and why on stderr.
             raise LaunchError(_preexec_failure(stderr) or f"cannot start {argv[0]!r}: {exc}") from exc
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise LaunchError(f"cannot start {argv[0]!r}: {reason}") from exc
         container.pid = process.pid
