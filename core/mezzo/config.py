@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .resources import InvalidResources, Resources
 
 CONFIG_ENV = "MEZZO_CONFIG"
 
@@ -89,6 +90,9 @@ class MasterConfig:
     """Largest message accepted; bigger frames close the connection."""
     render_state_in_child: bool = True
     """Render ``mezzo state`` in a forked child so the event loop never stalls on it."""
+    min_offer: str = ""
+    """Mesos syntax, scalars only (``cpus:4;mem:8192``): an agent is offered only once
+    this much is free on it, capped by its total; empty = any amount (paper §4.6)."""
     offer_filters: list[str] = field(default_factory=list)
     """Offer filter components applied after the built-in framework filters, in order."""
     offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -212,6 +216,9 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             known = ", ".join(sorted([*fields, *components.values()]))
             raise ConfigError(dotted, f"unknown key (known keys here: {known})")
         kwargs[key] = _coerce(f.type, value, dotted)
+        check = _VALUE_CHECKS.get(dotted)
+        if check is not None:
+            check(kwargs[key], dotted)
     return cls(**kwargs)
 
 
@@ -235,6 +242,30 @@ def _component_settings(value: Any, dotted: str) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"{dotted}.{name}", f"expected a table, got {_kind(table)}")
         out[name] = dict(table)
     return out
+
+
+def parse_min_offer(text: str, key: str = "master.min_offer") -> Resources | None:
+    """``master.min_offer`` as :class:`~mezzo.resources.Resources`, or None when it asks
+    for nothing (empty, or only zeros).
+
+    Raises :class:`ConfigError` naming ``key`` when the text does not parse or names a
+    range (a minimum is an amount; "ports:[31000-31009]" would ask for those very ports).
+    """
+    try:
+        minimum = Resources.parse(text)
+    except InvalidResources as exc:
+        raise ConfigError(key, str(exc)) from None
+    if minimum.ranges:
+        raise ConfigError(key, "only scalar resources (cpus, mem, disk, ...) can make a minimum, "
+                               f"not ranges such as {', '.join(sorted(minimum.ranges))}")
+    return minimum or None
+
+
+# Keys whose values need more than a type check, checked when the file is loaded so
+# that a mistake stops every command before it starts anything.
+_VALUE_CHECKS = {
+    "master.min_offer": parse_min_offer,
+}
 
 
 _NESTED = {"AllocatorConfig": AllocatorConfig, "MasterConfig": MasterConfig,

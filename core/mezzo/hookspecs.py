@@ -141,7 +141,10 @@ class AllocationCycle(abc.ABC):
     @abc.abstractmethod
     def agents(self) -> Iterable[str]:
         """Ids of the agents with free resources worth offering, in a shuffled order
-        (shuffling spreads frameworks over agents, as Apache Mesos does)."""
+        (shuffling spreads frameworks over agents, as Apache Mesos does). Left out:
+        agents on which less than the minimum offer size is free (``master.min_offer``,
+        capped by the agent's total), and agents every framework refuses. Offer only
+        agents from here: the master does not check the minimum again."""
 
     @abc.abstractmethod
     def free(self, agent_id: str) -> "Resources":

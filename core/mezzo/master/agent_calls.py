@@ -23,6 +23,7 @@ from .. import is_terminal, state_name
 from ..resources import InvalidResources, Resources
 from ..services import AGENT, SCHEDULER
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState, TaskStatus
+from .allocation import effective_min_offer
 from .records import AgentRecord, AgentTag, FrameworkTag, TaskRecord
 from .registry import REFUSE
 
@@ -289,7 +290,8 @@ class AgentCalls:
 
     def _add_agent(self, conn: Any, info: AgentInfo, total: Resources, *, connected: bool = True) -> AgentRecord:
         record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total,
-                             connected=connected, offerable=self.offerable)
+                             connected=connected, offerable=self.offerable,
+                             min_offer=effective_min_offer(self.min_offer, total))
         self.agents[record.id] = record
         self._attach_agent(conn, record.id)
         self.allocator.add_agent(record.id, total)

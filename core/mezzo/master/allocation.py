@@ -11,6 +11,15 @@ checks run in a fixed order, cheapest and most selective first:
 Each "no" is counted by reason per framework, so ``mezzo state`` can answer "why
 did framework F get no offer of agent A?".
 
+Before any of that, ``agents()`` holds back an agent on which less than its minimum
+offer is free (``master.min_offer``, paper §4.6): were each resource offered as soon
+as a small task freed it, a framework with large tasks could be offered only crumbs
+while frameworks with small tasks take every one. The minimum is capped by the
+agent's total (:func:`effective_min_offer`), computed once when the agent registers,
+so the check costs one comparison per agent with something free, and nothing when
+no minimum is configured. Held-back agents are counted for ``mezzo state``
+(``agents_below_min_offer``).
+
 :class:`AllocationTimer` batches triggers (freed resources, new frameworks,
 revives) so that at most one cycle runs per ``allocation_interval``, but a trigger
 after a quiet period runs at once: frameworks are not made to wait for a tick.
@@ -32,6 +41,20 @@ from .records import OfferRecord
 if TYPE_CHECKING:
     from .master import Master
 
+
+def effective_min_offer(min_offer: Resources | None, total: Resources) -> Resources | None:
+    """What must be free on an agent of ``total`` resources before it is offered.
+
+    ``min_offer`` (``master.min_offer``, scalars) capped by the agent's total, resource
+    by resource: an agent smaller than the minimum is offered once it is entirely free
+    (it would never be offered otherwise), and a resource the agent does not have is
+    not waited for. None when nothing is to be waited for.
+    """
+    if min_offer is None:
+        return None
+    return min_offer.intersection(total) or None
+
+
 class Cycle(AllocationCycle):
     """One allocation cycle over the master's state at loop time ``now``.
 
@@ -46,6 +69,7 @@ class Cycle(AllocationCycle):
         self.made: dict[str, list[OfferRecord]] = defaultdict(list)
         self.skips: Counter[tuple[str, str]] = Counter()
         self.fully_refused_agents = 0
+        self.agents_below_min_offer = 0
         self._agent_id: str | None = None
         self._agent = None
         self._agent_refusals: dict | None = None
@@ -55,13 +79,19 @@ class Cycle(AllocationCycle):
         refusals = m.refusals
         n_frameworks = len(m.frameworks)
         ids = []
+        below_min = 0
         # Only the agents with something free: at steady state a small part of a
         # large cluster (see AgentRecord.offerable).
         for a in m.offerable.values():
+            minimum = a.min_offer  # None unless master.min_offer is set
+            if minimum is not None and not minimum.fits_in(a.free):
+                below_min += 1
+                continue
             if refusals.refused_by_all(a.id, n_frameworks):
                 self.fully_refused_agents += 1
                 continue
             ids.append(a.id)
+        self.agents_below_min_offer += below_min
         random.shuffle(ids)
         return ids
 

@@ -39,7 +39,7 @@ from typing import Any
 import structlog
 
 from ..builtin import AgentListFilter, MinFreeFilter
-from ..config import MasterConfig
+from ..config import MasterConfig, parse_min_offer
 from ..errors import MezzoError
 from ..heap import tune_gc
 from ..plugins import Plugins, check_settings_tables
@@ -75,6 +75,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         check_settings_tables(plugins, "allocator", config.allocator.settings, "master.allocator")
         check_settings_tables(plugins, "offer_filter", config.offer_filter_settings, "master.offer_filter")
         self.zk_url = parse_zk_url(config.zk, "master.zk") if config.zk else None
+        self.min_offer = parse_min_offer(config.min_offer)
+        """``master.min_offer`` (None = off); each agent holds it capped by its total."""
         self.leading = False
         """True while this master leads: from start() for a lone master, while elected with zk."""
         self.leader_address = ""
@@ -309,6 +311,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             "seconds": round(elapsed, 6),
             "offers": sent,
             "agents_refused_by_all": cycle.fully_refused_agents,
+            "agents_below_min_offer": cycle.agents_below_min_offer,
             "not_offered": cycle.reasons(),
         }
         if sent:

@@ -58,6 +58,7 @@ class AgentRecord:
         "executors",
         "id",
         "info",
+        "min_offer",
         "offerable",
         "offers",
         "pending_kills",
@@ -69,12 +70,16 @@ class AgentRecord:
     )
 
     def __init__(self, id: str, info: AgentInfo, conn: Any, total: Resources, free: Resources,
-                 connected: bool = True, offerable: dict[str, AgentRecord] | None = None) -> None:
+                 connected: bool = True, offerable: dict[str, AgentRecord] | None = None,
+                 min_offer: Resources | None = None) -> None:
         self.id = id
         self.info = info
         self.conn = conn
         """The agent's connection (possibly shared with other agents); None while disconnected."""
         self.total = total
+        self.min_offer = min_offer
+        """What must be free before the agent is offered (``master.min_offer`` capped by
+        ``total``, see :func:`~mezzo.master.allocation.effective_min_offer`); None = any amount."""
         self.offers: dict[str, OfferRecord] = {}
         self.tasks: dict[tuple[str, str], TaskRecord] = {}
         """Keyed by (framework id, task id)."""

@@ -38,6 +38,7 @@ def snapshot(master: Master) -> dict[str, Any]:
             "offer_filters": list(master.config.offer_filters),
             "allocation_interval": master.config.allocation_interval,
             "offer_timeout": master.config.offer_timeout,
+            "min_offer": master.min_offer.to_dict() if master.min_offer is not None else None,
         },
         "agents": [
             {
