@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-DISTS  := core plugins/drf plugins/priority $(wildcard isolators/*)
+DISTS  := core plugins/drf plugins/priority plugins/lottery $(wildcard isolators/*)
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup run test thrift check-thrift bench bench-quick clean

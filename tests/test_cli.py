@@ -42,10 +42,10 @@ def test_bad_toml_key_is_named(tmp_path):
 
 def test_missing_allocator_names_installed_ones_and_the_package(tmp_path):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[master]\nlisten = "127.0.0.1:0"\n[master.allocator]\nname = "lottery"\n')
+    cfg.write_text('[master]\nlisten = "127.0.0.1:0"\n[master.allocator]\nname = "fair"\n')
     r = mezzo("master", "--config", str(cfg), timeout=20)
     assert r.returncode == 2
-    assert "master.allocator.name" in r.stderr and "'lottery' is not installed" in r.stderr
+    assert "master.allocator.name" in r.stderr and "'fair' is not installed" in r.stderr
     assert "drf" in r.stderr and "strict-priority" in r.stderr
 
 

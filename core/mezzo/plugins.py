@@ -109,6 +109,7 @@ def check_settings_tables(plugins: "Plugins", kind: str, tables: Mapping[str, An
 KNOWN_PROVIDERS = {
     "drf": "mezzo-allocator-drf",
     "strict-priority": "mezzo-allocator-priority",
+    "lottery": "mezzo-allocator-lottery",
     "cgroups/cpu": "mezzo-isolator-cgroups",
     "cgroups/mem": "mezzo-isolator-cgroups",
     "lxc": "mezzo-isolator-lxc",
