@@ -5,10 +5,11 @@
 - :class:`DRFSorter`: the incremental weighted-dominant-share order it is built on,
   public so other allocators (``strict-priority``) reuse it instead of copying it.
 - :class:`Weights`: the ``roles`` / ``frameworks`` weight tables and their validation.
+- :class:`Guarantees`: the ``guarantees`` table (fractions of the cluster) and its fit check.
 """
 
 from .allocator import DRFAllocator
 from .sorter import DRFSorter
-from .weights import Weights
+from .weights import Guarantees, Weights
 
-__all__ = ["DRFAllocator", "DRFSorter", "Weights"]
+__all__ = ["DRFAllocator", "DRFSorter", "Guarantees", "Weights"]

@@ -7,6 +7,7 @@ Enable it in ``mezzo.toml`` (it is also the default allocator)::
     [master.allocator.drf]
     roles = { analytics = 2.0 }          # weight by FrameworkInfo.role
     frameworks = { "nightly-etl" = 0.5 } # weight by FrameworkInfo.name; beats the role's
+    guarantees = { roles = { mpi = 0.25 }, frameworks = { "nightly" = 0.1 } }
 
 Policy
 ------
@@ -17,7 +18,12 @@ counts toward that framework at once (the master calls :meth:`allocated` from
 inside ``cycle.offer``), so the next agent sees the new order: over a cycle this is
 DRF's progressive filling at agent granularity.
 
-Guarantees (for revocation, paper §3.3): a framework's guaranteed share is the
+Guarantees (for revocation, paper §3.3): with a ``guarantees`` table, a framework's
+guaranteed share is its configured fraction (by name, else by role, else 0) of the
+cluster total, rounded down per resource. The configured fractions must sum to at
+most 1 (checked at start-up, each role counted once); several registered frameworks
+of one guaranteed role can still add up to more, which is logged as a warning when
+it happens. Without a ``guarantees`` table, a framework's guaranteed share is the
 cluster total times its weight over the sum of the weights of all registered
 frameworks, rounded down per resource, so the guarantees always fit the cluster
 together. Subclasses that sort frameworks into tiers (strict priority) guarantee
@@ -36,14 +42,19 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from mezzo.hookspecs import AllocationCycle, Allocator
 from mezzo.resources import SCALE, Resources
 
 from .sorter import DRFSorter
-from .weights import Weights
+from .weights import Guarantees, Weights, expect_table, reject_unknown, subkey
 
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
+
+log = structlog.get_logger("mezzo.allocator.drf", component="allocator")
+
+SETTINGS = ("frameworks", "guarantees", "roles")
 
 
 class DRFAllocator(Allocator):
@@ -56,8 +67,14 @@ class DRFAllocator(Allocator):
     name = "drf"
     description = "weighted Dominant Resource Fairness (weights by role or framework name)"
 
+    guarantees: Guarantees | None = None
+    """Configured guarantees, or None for weight-proportional ones (set by :meth:`_configure`)."""
+
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
         self._configure(settings, key)
+        # Configured guarantee (a fraction of the cluster) and name of each registered
+        # framework; only kept when ``guarantees`` is configured.
+        self._guaranteed: dict[str, tuple[Fraction, str]] = {}
         self._sorter = DRFSorter()
         # Exact weights so guarantees computed from them never overshoot the total.
         self._placements: dict[str, tuple[Fraction, int]] = {}
@@ -68,7 +85,11 @@ class DRFAllocator(Allocator):
 
     def _configure(self, settings: Mapping[str, Any], key: str) -> None:
         """Validate this component's settings table (``key`` is its dotted TOML key)."""
-        self.weights = Weights.parse(settings, key=key)
+        expect_table(settings, key, "a table")
+        reject_unknown(settings, key, SETTINGS)
+        self.weights = Weights.parse({k: v for k, v in settings.items() if k != "guarantees"}, key=key)
+        if "guarantees" in settings:
+            self.guarantees = Guarantees.parse(settings["guarantees"], key=subkey(key, "guarantees"))
 
     def _placement(self, info: FrameworkInfo) -> tuple[float, int]:
         """(weight, tier) of a framework: DRF puts everyone in tier 0."""
@@ -83,9 +104,12 @@ class DRFAllocator(Allocator):
         self._tier_weight[tier] = self._tier_weight.get(tier, Fraction(0)) + Fraction(weight)
         self._tier_count[tier] = self._tier_count.get(tier, 0) + 1
         self._sorter.add(framework_id, weight=weight, tier=tier)
+        if self.guarantees is not None:
+            self._add_guarantee(framework_id, info)
 
     def remove_framework(self, framework_id: str) -> None:
         self._forget_placement(framework_id)
+        self._guaranteed.pop(framework_id, None)
         self._sorter.remove(framework_id)
 
     def activate(self, framework_id: str) -> None:
@@ -136,17 +160,16 @@ class DRFAllocator(Allocator):
     # -- reading ------------------------------------------------------------
 
     def guaranteed_share(self, framework_id: str) -> Resources:
+        if self.guarantees is not None:
+            guaranteed = self._guaranteed.get(framework_id)
+            return self._share(guaranteed[0]) if guaranteed else Resources()
         placement = self._placements.get(framework_id)
         if placement is None:
             return Resources()
         weight, tier = placement
         if tier != min(self._tier_count):
             return Resources()
-        tier_weight = self._tier_weight[tier]
-        # Floor each share exactly: the guarantees of a tier sum to at most the total.
-        return Resources(
-            {name: (m * weight // tier_weight) / SCALE for name, m in self._sorter.total.items()}
-        )
+        return self._share(weight / self._tier_weight[tier])
 
     def dominant_share(self, framework_id: str) -> float:
         return self._sorter.dominant_share(framework_id)
@@ -156,6 +179,28 @@ class DRFAllocator(Allocator):
         return list(self._sorter.order())
 
     # -- internals ----------------------------------------------------------
+
+    def _share(self, fraction: Fraction) -> Resources:
+        """``fraction`` of the cluster total, each scalar floored exactly to a thousandth,
+        so shares whose fractions sum to at most 1 sum to at most the total."""
+        if not fraction:
+            return Resources()
+        return Resources({name: (m * fraction // 1) / SCALE for name, m in self._sorter.total.items()})
+
+    def _add_guarantee(self, framework_id: str, info: FrameworkInfo) -> None:
+        assert self.guarantees is not None
+        self._guaranteed.pop(framework_id, None)
+        fraction = self.guarantees.of(info)
+        if not fraction:
+            return
+        self._guaranteed[framework_id] = (fraction, info.name)
+        total = sum((f for f, _ in self._guaranteed.values()), Fraction(0))
+        if total > 1:
+            log.warning(
+                "guarantees of the registered frameworks exceed the cluster; they cannot all be met",
+                total=float(total),
+                frameworks={f"{name} ({fid})": float(f) for fid, (f, name) in self._guaranteed.items()},
+            )
 
     def _forget_placement(self, framework_id: str) -> None:
         old = self._placements.pop(framework_id, None)

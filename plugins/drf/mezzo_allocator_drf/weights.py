@@ -1,10 +1,13 @@
-"""DRF weights from TOML, and the small helpers that validate component tables.
+"""DRF weights and guarantees from TOML, and the small helpers that validate component tables.
 
 Usage::
 
     w = Weights.parse({"roles": {"analytics": 2}, "frameworks": {"spark": 3}},
                       key="master.allocator.drf")
     w.of(framework_info)          # 3.0 for "spark", 2.0 for other "analytics" frameworks, else 1.0
+
+    g = Guarantees.parse({"roles": {"mpi": 0.25}}, key="master.allocator.drf.guarantees")
+    g.of(framework_info)          # Fraction(1, 4) for "mpi" frameworks, else 0
 
 Error handling: every problem raises :class:`mezzo.errors.ConfigError` whose key is
 the dotted TOML key of the offending value, e.g.
@@ -19,6 +22,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from mezzo.errors import ConfigError
@@ -102,4 +106,55 @@ class Weights:
             tkey = subkey(key, name)
             table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <weight>")
             tables[name] = {k: parse_weight(v, subkey(tkey, str(k))) for k, v in table.items()}
+        return cls(roles=tables["roles"], frameworks=tables["frameworks"])
+
+
+def parse_fraction(value: Any, key: str) -> Fraction:
+    """A guarantee: a finite number in (0, 1], as the exact decimal written in the TOML
+    (``0.1`` is 1/10, not the binary float), so sums such as 0.7 + 0.2 + 0.1 are exactly 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"guarantee must be a number in (0, 1], got {kind_of(value)}")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ConfigError(key, f"guarantee must be a number in (0, 1], got {value!r}")
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+@dataclass(frozen=True)
+class Guarantees:
+    """Guaranteed fractions of the cluster by role and by framework name (paper §3.3).
+
+    A framework's guarantee is its name's entry, else its role's, else 0. A role's
+    entry applies to each framework of that role. The configured entries (each role
+    counted once) must sum to at most 1, so they can all be met at once.
+    """
+
+    roles: Mapping[str, Fraction] = field(default_factory=dict)
+    frameworks: Mapping[str, Fraction] = field(default_factory=dict)
+
+    SETTINGS = ("frameworks", "roles")
+
+    def of(self, info: FrameworkInfo) -> Fraction:
+        g = self.frameworks.get(info.name)
+        if g is None:
+            g = self.roles.get(info.role or "*", Fraction(0))
+        return g
+
+    @classmethod
+    def parse(cls, settings: Any, *, key: str) -> Guarantees:
+        """Validate a ``guarantees`` table (``roles`` and ``frameworks``, both optional);
+        ``key`` is that table's dotted TOML key."""
+        expect_table(settings, key, "a table with roles and frameworks")
+        reject_unknown(settings, key, cls.SETTINGS)
+        tables: dict[str, dict[str, Fraction]] = {}
+        for name in cls.SETTINGS:
+            tkey = subkey(key, name)
+            table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <fraction>")
+            tables[name] = {k: parse_fraction(v, subkey(tkey, str(k))) for k, v in table.items()}
+        total = sum(tables["roles"].values(), Fraction(0)) + sum(tables["frameworks"].values(), Fraction(0))
+        if total > 1:
+            raise ConfigError(
+                key,
+                f"guarantees sum to {float(total):g} of the cluster, more than 1: "
+                "they cannot all be met at once",
+            )
         return cls(roles=tables["roles"], frameworks=tables["frameworks"])
