@@ -88,6 +88,11 @@ class DRFAllocator(Allocator):
         expect_table(settings, key, "a table")
         reject_unknown(settings, key, SETTINGS)
         self.weights = Weights.parse({k: v for k, v in settings.items() if k != "guarantees"}, key=key)
+        self._configure_guarantees(settings, key)
+
+    def _configure_guarantees(self, settings: Mapping[str, Any], key: str) -> None:
+        """Read the ``guarantees`` table, the same for every allocator built on this one
+        (subclasses with settings of their own call it from their ``_configure``)."""
         if "guarantees" in settings:
             self.guarantees = Guarantees.parse(settings["guarantees"], key=subkey(key, "guarantees"))
 

@@ -69,7 +69,7 @@ from mezzo_allocator_drf.weights import expect_table, kind_of, reject_unknown, s
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
 
-SETTINGS = ("seed", "weights")
+SETTINGS = ("guarantees", "seed", "weights")
 
 REDRAWS = 4
 """Draws per stage of :meth:`LotteryAllocator._redraw` before it moves to the next stage."""
@@ -127,6 +127,7 @@ class LotteryAllocator(DRFAllocator):
         wkey = subkey(key, "weights")
         self.weights = Weights.parse(expect_table(settings.get("weights", {}), wkey, "a table"), key=wkey)
         self.seed = parse_seed(settings.get("seed"), subkey(key, "seed"))
+        self._configure_guarantees(settings, key)
 
     # -- notifications (the DRF bookkeeping, plus the lottery's membership) ----
 

@@ -67,7 +67,7 @@ def test_settings_errors_name_the_key(settings, key):
 
 
 def test_messages_say_what_is_wrong():
-    assert "unknown setting (known: seed, weights)" in error({"sead": 1}).problem
+    assert "unknown setting (known: guarantees, seed, weights)" in error({"sead": 1}).problem
     assert "unknown setting (known: frameworks, roles)" in error({"weights": {"x": -1}}).problem
     assert "positive finite number, got -1" in error({"weights": {"roles": {"x": -1}}}).problem
     assert "seed must be an integer, got float 1.5" in error({"seed": 1.5}).problem
@@ -77,3 +77,18 @@ def test_key_comes_from_the_caller():
     with pytest.raises(ConfigError) as exc:
         LotteryAllocator({"nope": 1}, key="elsewhere.lottery")
     assert exc.value.key == "elsewhere.lottery.nope"
+
+
+def test_guarantees_are_drf_s():
+    from mezzo.resources import Resources
+    from mezzo.wire.ttypes import FrameworkInfo
+
+    a = LotteryAllocator({"guarantees": {"roles": {"mpi": 0.5}}}, key=KEY)
+    a.add_framework("f1", FrameworkInfo(name="solver", role="mpi"))
+    a.add_framework("f2", FrameworkInfo(name="etl"))
+    a.add_agent("a1", Resources(cpus=8, mem=1000))
+    assert a.guaranteed_share("f1") == Resources(cpus=4, mem=500)
+    assert a.guaranteed_share("f2") == Resources()
+    with pytest.raises(ConfigError) as err:
+        LotteryAllocator({"guarantees": {"frameworks": {"x": 1.5}}}, key=KEY)
+    assert err.value.key == f"{KEY}.guarantees.frameworks.x"

@@ -47,7 +47,7 @@ from mezzo_allocator_drf.weights import expect_table, kind_of, reject_unknown, s
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
 
-SETTINGS = ("default_level", "frameworks", "roles", "weights")
+SETTINGS = ("default_level", "frameworks", "guarantees", "roles", "weights")
 
 
 def parse_level(value: Any, key: str) -> int:
@@ -74,6 +74,7 @@ class StrictPriorityAllocator(DRFAllocator):
             levels[name] = {k: parse_level(v, subkey(tkey, str(k))) for k, v in table.items()}
         self.role_levels = levels["roles"]
         self.framework_levels = levels["frameworks"]
+        self._configure_guarantees(settings, key)
         wkey = subkey(key, "weights")
         self.weights = Weights.parse(expect_table(settings.get("weights", {}), wkey, "a table"), key=wkey)
 

@@ -152,3 +152,15 @@ def test_registered_through_the_entry_point():
         "allocator", "strict-priority", {"default_level": 3}, key="master.allocator"
     )
     assert isinstance(created, StrictPriorityAllocator) and created.default_level == 3
+
+
+def test_configured_guarantees_apply_across_levels_and_are_checked():
+    conf = {**SETTINGS, "guarantees": {"roles": {"batch": 0.25}, "frameworks": {"pager": 0.5}}}
+    a = make(["pager", "etl:batch", "web"], agents=2, conf=conf)
+    # A configured guarantee holds whatever the framework's level (batch is below prod).
+    assert a.guaranteed_share("etl") == Resources(cpus=2, mem=2048)
+    assert a.guaranteed_share("pager") == Resources(cpus=4, mem=4096)
+    assert a.guaranteed_share("web") == Resources()
+    with pytest.raises(ConfigError) as err:
+        StrictPriorityAllocator({"guarantees": {"roles": {"a": 0.6, "b": 0.6}}}, key=KEY)
+    assert err.value.key == f"{KEY}.guarantees" and "cannot all be met" in str(err.value)
