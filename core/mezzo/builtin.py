@@ -6,6 +6,8 @@
   ("only offer nodes from list L", "only offer nodes with at least R free"),
   driven by each framework's ``set_filters`` call. The master always applies
   them, before any configured offer filter.
+- ``fair-share`` revocation policy (:mod:`mezzo.revocation`): the default
+  ``master.revocation_policy``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from .agent.posix import PosixIsolator
 from .hookspecs import OfferFilter, hookimpl
 from .resources import Resources
+from .revocation import FairSharePolicy
 
 
 class AgentListFilter(OfferFilter):
@@ -47,3 +50,4 @@ def mezzo_register_components(registry: Any) -> None:
     registry.add(PosixIsolator)
     registry.add(AgentListFilter)
     registry.add(MinFreeFilter)
+    registry.add(FairSharePolicy)

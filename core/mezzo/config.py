@@ -9,6 +9,8 @@ A file looks like::
     name = "drf"
     [master.allocator.drf]          # the selected component's own table
     roles = { analytics = 2.0 }
+    [master.revocation_policy]      # selected like the allocator
+    name = "fair-share"
 
     [agent]
     master = "127.0.0.1:5050"
@@ -21,7 +23,8 @@ A file looks like::
 Every key is declared below with its type and default (``docs/configuration.md``
 documents them); an unknown key or a value of the wrong type raises
 :class:`~mezzo.errors.ConfigError` naming the dotted key. Tables that belong to a
-component (``master.allocator.<name>``, ``agent.isolators.<name>``) are passed to
+component (``master.allocator.<name>``, ``master.revocation_policy.<name>``,
+``agent.isolators.<name>``) are passed to
 that component as plain dicts and validated by it, since only it knows its keys.
 
 Command-line flags override the file: the CLI calls :func:`load` with the file's
@@ -44,14 +47,37 @@ CONFIG_ENV = "MEZZO_CONFIG"
 
 
 @dataclass
-class AllocatorConfig:
-    name: str = "drf"
-    """Allocator component (``mezzo plugins`` lists the installed ones)."""
+class OneSelectedConfig:
+    """The table of a component the master runs exactly one of: ``name`` selects it,
+    and every other key is the settings table of the component with that name."""
+
+    name: str = ""
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-component tables, e.g. ``settings["drf"]`` from ``[master.allocator.drf]``."""
 
     def selected_settings(self) -> dict[str, Any]:
         return self.settings.get(self.name, {})
+
+
+@dataclass
+class AllocatorConfig(OneSelectedConfig):
+    """``[master.allocator]``."""
+
+    name: str = "drf"
+    """Allocator component (``mezzo plugins`` lists the installed ones)."""
+
+
+@dataclass
+class RevocationPolicyConfig(OneSelectedConfig):
+    """``[master.revocation_policy]``, shaped like ``[master.allocator]``, e.g.
+    ``[master.revocation_policy.fair-share]`` holds that policy's settings."""
+
+    name: str = "fair-share"
+    """Revocation policy component (``mezzo plugins`` lists the installed ones)."""
+
+
+_ONE_SELECTED = {AllocatorConfig: "allocator", RevocationPolicyConfig: "revocation policy"}
+"""Tables of a one-selected component: ``name`` plus the components' settings tables."""
 
 
 @dataclass
@@ -97,6 +123,7 @@ class MasterConfig:
     """Offer filter components applied after the built-in framework filters, in order."""
     offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    revocation_policy: RevocationPolicyConfig = field(default_factory=RevocationPolicyConfig)
 
 
 @dataclass
@@ -192,10 +219,13 @@ def from_dict(data: Mapping[str, Any]) -> Config:
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, Mapping):
-        raise ConfigError(prefix.rstrip(".") or "<root>", f"expected a table, got {_kind(data)}")
+        hint = ""
+        if cls in _ONE_SELECTED and isinstance(data, str):
+            hint = f" ([{prefix.rstrip('.')}] name = {data!r})"
+        raise ConfigError(prefix.rstrip(".") or "<root>", f"expected a table{hint}, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _component_fields(cls)}
-    if cls is AllocatorConfig:
-        # Only `name` is a key here; every other table is an allocator's settings.
+    if cls in _ONE_SELECTED:
+        # Only `name` is a key here; every other table is a component's settings.
         fields = {"name": fields["name"]}
     kwargs: dict[str, Any] = {}
     components = _component_fields(cls)
@@ -205,10 +235,11 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         if comp_field is not None:
             kwargs[comp_field] = _component_settings(value, dotted)
             continue
-        if cls is AllocatorConfig and key not in fields:
+        if cls in _ONE_SELECTED and key not in fields:
             # [master.allocator.<name>]: the named allocator's own settings table.
             if not isinstance(value, Mapping):
-                raise ConfigError(dotted, f"unknown key (allocator settings tables must be tables, got {_kind(value)})")
+                what = _ONE_SELECTED[cls]
+                raise ConfigError(dotted, f"unknown key ({what} settings tables must be tables, got {_kind(value)})")
             kwargs.setdefault("settings", {})[key] = dict(value)
             continue
         f = fields.get(key)
@@ -268,7 +299,8 @@ _VALUE_CHECKS = {
 }
 
 
-_NESTED = {"AllocatorConfig": AllocatorConfig, "MasterConfig": MasterConfig,
+_NESTED = {"AllocatorConfig": AllocatorConfig, "RevocationPolicyConfig": RevocationPolicyConfig,
+           "MasterConfig": MasterConfig,
            "AgentConfig": AgentConfig, "LogConfig": LogConfig}
 
 

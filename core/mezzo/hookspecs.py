@@ -9,8 +9,8 @@ module (or object) holding ``@mezzo.hookimpl`` functions::
 
 Components and hooks
 --------------------
-Policy that a cluster runs *one of* (the allocator) or *an ordered list of*
-(isolators, offer filters) is a **component**: a class with a ``name`` that a
+Policy that a cluster runs *one of* (the allocator, the revocation policy) or *an
+ordered list of* (isolators, offer filters) is a **component**: a class with a ``name`` that a
 plugin registers from :func:`mezzo_register_components` and that the operator
 switches on by name in TOML. Installing a plugin never switches anything on.
 
@@ -25,16 +25,16 @@ A hook implementation that does not match its spec fails at start-up
 
 Component interfaces
 --------------------
-:class:`Allocator`, :class:`OfferFilter` and :class:`Isolator` below are the base
-classes components derive from. Their methods are documented with when the core
-calls them and what their return means.
+:class:`Allocator`, :class:`OfferFilter`, :class:`RevocationPolicy` and
+:class:`Isolator` below are the base classes components derive from. Their methods
+are documented with when the core calls them and what their return means.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping, Sequence
 
 import pluggy
 
@@ -57,7 +57,8 @@ def mezzo_register_components(registry: "ComponentRegistry") -> None:
 
     Called once per plugin when the plugin manager is built, plugin by plugin so
     that a clash of names can say which two plugins clash. Call ``registry.add(cls)`` for each
-    :class:`Allocator`, :class:`OfferFilter` or :class:`Isolator` subclass; the
+    :class:`Allocator`, :class:`OfferFilter`, :class:`RevocationPolicy` or
+    :class:`Isolator` subclass; the
     kind comes from the base class and the name from ``cls.name``. Registering two
     components of one kind under one name is a start-up error naming both plugins.
     Return value: ignored.
@@ -267,6 +268,114 @@ class OfferFilter(Component):
         None) and ``.min_free`` (Resources or None) from ``set_filters``. ``agent`` is the
         master's record of the agent: ``.id``, ``.info`` (AgentInfo, with hostname
         and attributes) and ``.total`` (Resources). Treat both as read-only."""
+
+
+@dataclass(frozen=True)
+class Starved:
+    """A framework that revocation should make room for (paper §3.3)."""
+
+    framework_id: str
+    """The starved framework."""
+    wants: "Resources"
+    """What it is short of: its guarantee minus what it holds, or (for an allocator
+    without guarantees) a hint such as its fair share minus what it holds. Never
+    empty: a framework that is short of nothing is not starved."""
+    waiting_seconds: float
+    """How long it has wanted offers (``set_needs_offers(True)``), been below its
+    guarantee (or fair share) and been offered nothing."""
+
+
+@dataclass(frozen=True)
+class HeldTask:
+    """A running task that revocation could kill."""
+
+    task_id: str
+    """The task's id (unique within its framework)."""
+    agent_id: str
+    """The agent it runs on."""
+    resources: "Resources"
+    """The task's own resources (not its executor's)."""
+    started_at: float
+    """When it was launched, in ``time.time()`` seconds: how much work killing it
+    would waste (paper §4.4)."""
+    long: bool
+    """Marked long by its framework (paper §3.3, "supporting long tasks"); policies
+    may treat long and short tasks differently. ``TaskInfo`` carries no such mark
+    yet, so until it does the master reports every task as short (False)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A framework that holds resources, as a revocation policy sees it."""
+
+    framework_id: str
+    """The framework."""
+    allocated: "Resources"
+    """Everything that counts toward it: its tasks, its executors and its
+    outstanding offers (as :meth:`Allocator.allocated` saw them)."""
+    guaranteed: "Resources"
+    """:meth:`Allocator.guaranteed_share` of the framework: what it may hold
+    without losing tasks. Empty when nothing is guaranteed."""
+    tasks: "Sequence[HeldTask]"
+    """Its running tasks, the candidates for revocation, in no particular order."""
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A task a revocation policy chose to kill."""
+
+    framework_id: str
+    """The framework that owns the task (a :attr:`Holder.framework_id`)."""
+    task_id: str
+    """The task (a :attr:`HeldTask.task_id` of that holder)."""
+    agent_id: str
+    """The agent it runs on (its :attr:`HeldTask.agent_id`)."""
+    reason: str
+    """Why, for people: the task's ``TaskStatus.message`` and the master's log, e.g.
+    ``"framework F above its guarantee by cpus:2;mem:512 (guaranteed cpus:1);
+    revoked for framework G, starved 40 s"``."""
+
+
+class RevocationPolicy(Component):
+    """Chooses which tasks to revoke (kill) so that starved frameworks get resources.
+
+    Paper §3.3: allocators expose a guaranteed allocation per framework (see
+    :meth:`Allocator.guaranteed_share`); a framework below its guarantee loses no
+    tasks, one above it may lose any. Selected by name in
+    ``[master.revocation_policy] name`` (default ``fair-share``); exactly one per
+    master. It only chooses: the master decides when to ask and does the killing.
+    """
+
+    kind = "revocation_policy"
+
+    @abc.abstractmethod
+    def select(self, starved: Sequence[Starved], holders: Sequence[Holder]) -> list[Victim]:
+        """Choose the tasks to revoke for the ``starved`` frameworks.
+
+        When it is called: on the master's event loop, when at least one framework
+        that wants offers (``set_needs_offers(True)``) is below its guarantee (or
+        fair share) and has been offered nothing for a while. ``starved`` lists those
+        frameworks; ``holders`` lists the frameworks that hold resources, with their
+        running tasks (a starved framework may appear in both). It must be cheap and
+        must not block; it must not keep or modify its arguments.
+
+        Rules every policy must keep:
+
+        - Never pick a task of a framework whose ``allocated`` minus the resources of
+          the victims picked so far (this call included) would fall below its
+          ``guaranteed``, i.e. the guarantee must still fit in what is left: an
+          MPI-like framework that stays within its guarantee never loses a task.
+        - Pick no more than needed to cover the starved frameworks' ``wants``.
+        - Name each task at most once, and only tasks from ``holders``.
+
+        What the return means: the tasks to revoke, in the order to kill them; ``[]``
+        for nothing to do (nobody above a guarantee, or nothing that helps). The
+        master kills each victim with a grace period (the executor is asked to kill
+        the task; the executor is killed if it does not), and the framework sees
+        ``TASK_KILLED`` with reason ``revoked`` and the victim's ``reason`` as the
+        message. The freed resources are offered by the allocator as usual; the
+        policy does not decide who gets them.
+        """
 
 
 @dataclass

@@ -17,11 +17,12 @@ import structlog
 
 from . import hookspecs
 from .errors import ConfigError, PluginError
-from .hookspecs import Allocator, Component, Isolator, OfferFilter
+from .hookspecs import Allocator, Component, Isolator, OfferFilter, RevocationPolicy
 
 KINDS: dict[str, type[Component]] = {
     "allocator": Allocator,
     "offer_filter": OfferFilter,
+    "revocation_policy": RevocationPolicy,
     "isolator": Isolator,
 }
 
@@ -122,7 +123,8 @@ def _kind_of(cls: type) -> str:
     for kind, base in KINDS.items():
         if isinstance(cls, type) and issubclass(cls, base):
             return kind
-    raise PluginError(f"{cls!r} is not a mezzo component (subclass Allocator, OfferFilter or Isolator)")
+    raise PluginError(f"{cls!r} is not a mezzo component "
+                      "(subclass Allocator, OfferFilter, RevocationPolicy or Isolator)")
 
 
 class Observers:

@@ -386,7 +386,7 @@ def test_every_key_is_documented():
     from mezzo.config import AgentConfig, LogConfig, MasterConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    internal = {"settings", "offer_filter_settings", "isolator_settings", "allocator"}
+    internal = {"settings", "offer_filter_settings", "isolator_settings", "allocator", "revocation_policy"}
     missing = [f"{cls.__name__}.{f.name}" for cls in (MasterConfig, AgentConfig, LogConfig)
                for f in dataclasses.fields(cls) if f.name not in internal and f"| `{f.name}` |" not in docs]
     assert missing == []

@@ -234,7 +234,7 @@ def test_base_component_rejects_any_setting_naming_it():
 
 
 def test_kinds():
-    assert set(KINDS) == {"allocator", "offer_filter", "isolator"}
+    assert set(KINDS) == {"allocator", "offer_filter", "revocation_policy", "isolator"}
     reg = ComponentRegistry()
     assert all(reg.names(k) == [] for k in KINDS)
 
@@ -255,7 +255,7 @@ def test_describe_lists_plugins_and_components():
     }
     builtin = rows["mezzo.builtin"]
     assert builtin["distribution"] == "mezzo (built in)"
-    assert {c["name"] for c in builtin["components"]} == {"posix", "agents", "min-free"}
+    assert {c["name"] for c in builtin["components"]} == {"posix", "agents", "min-free", "fair-share"}
     assert rows["quiet_plugin"]["components"] == []
 
 

@@ -148,5 +148,5 @@ def plugins(args: argparse.Namespace) -> int:
     for row in rows:
         print(f"{row['plugin']}  ({row['distribution']})")
         for c in row["components"]:
-            print(f"    {c['kind']:<13} {c['name']:<20} {c['description']}")
+            print(f"    {c['kind']:<17} {c['name']:<20} {c['description']}")
     return 0

@@ -74,6 +74,14 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self.observe = plugins.observe
         check_settings_tables(plugins, "allocator", config.allocator.settings, "master.allocator")
         check_settings_tables(plugins, "offer_filter", config.offer_filter_settings, "master.offer_filter")
+        check_settings_tables(plugins, "revocation_policy", config.revocation_policy.settings,
+                              "master.revocation_policy")
+        self.revocation_policy = plugins.registry.create(
+            "revocation_policy", config.revocation_policy.name, config.revocation_policy.selected_settings(),
+            key=f"master.revocation_policy.{config.revocation_policy.name}",
+            selected_by="master.revocation_policy.name",
+        )
+        """The selected revocation policy (paper §3.3); nothing calls it yet."""
         self.zk_url = parse_zk_url(config.zk, "master.zk") if config.zk else None
         self.min_offer = parse_min_offer(config.min_offer)
         """``master.min_offer`` (None = off); each agent holds it capped by its total."""
