@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mezzo.errors import ConfigError
 
@@ -75,6 +75,27 @@ def parse_weight(value: Any, key: str) -> float:
     return float(value)
 
 
+V = TypeVar("V")
+
+
+def _by_role_and_name(
+    settings: Mapping[str, Any], key: str, parse_value: Callable[[Any, str], V], what: str
+) -> dict[str, dict[str, V]]:
+    """The ``roles`` and ``frameworks`` tables of ``settings`` (both optional, nothing
+    else allowed), each value checked by ``parse_value``; ``what`` names a value in
+    errors. Weights and guarantees share this layout."""
+    reject_unknown(settings, key, ROLE_AND_NAME)
+    tables: dict[str, dict[str, V]] = {}
+    for name in ROLE_AND_NAME:
+        tkey = subkey(key, name)
+        table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <{what}>")
+        tables[name] = {k: parse_value(v, subkey(tkey, str(k))) for k, v in table.items()}
+    return tables
+
+
+ROLE_AND_NAME = ("frameworks", "roles")
+
+
 @dataclass(frozen=True)
 class Weights:
     """DRF weights by role and by framework name (``FrameworkInfo.name``).
@@ -87,8 +108,6 @@ class Weights:
     roles: Mapping[str, float] = field(default_factory=dict)
     frameworks: Mapping[str, float] = field(default_factory=dict)
 
-    SETTINGS = ("frameworks", "roles")
-
     def of(self, info: FrameworkInfo) -> float:
         w = self.frameworks.get(info.name)
         if w is None:
@@ -100,12 +119,7 @@ class Weights:
         """Validate a table holding ``roles`` and ``frameworks`` weight tables (both
         optional, nothing else allowed); ``key`` is that table's dotted TOML key."""
         expect_table(settings, key, "a table")
-        reject_unknown(settings, key, cls.SETTINGS)
-        tables: dict[str, dict[str, float]] = {}
-        for name in cls.SETTINGS:
-            tkey = subkey(key, name)
-            table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <weight>")
-            tables[name] = {k: parse_weight(v, subkey(tkey, str(k))) for k, v in table.items()}
+        tables = _by_role_and_name(settings, key, parse_weight, "weight")
         return cls(roles=tables["roles"], frameworks=tables["frameworks"])
 
 
@@ -131,8 +145,6 @@ class Guarantees:
     roles: Mapping[str, Fraction] = field(default_factory=dict)
     frameworks: Mapping[str, Fraction] = field(default_factory=dict)
 
-    SETTINGS = ("frameworks", "roles")
-
     def of(self, info: FrameworkInfo) -> Fraction:
         g = self.frameworks.get(info.name)
         if g is None:
@@ -144,12 +156,7 @@ class Guarantees:
         """Validate a ``guarantees`` table (``roles`` and ``frameworks``, both optional);
         ``key`` is that table's dotted TOML key."""
         expect_table(settings, key, "a table with roles and frameworks")
-        reject_unknown(settings, key, cls.SETTINGS)
-        tables: dict[str, dict[str, Fraction]] = {}
-        for name in cls.SETTINGS:
-            tkey = subkey(key, name)
-            table = expect_table(settings.get(name, {}), tkey, f"a table of <{name[:-1]}> = <fraction>")
-            tables[name] = {k: parse_fraction(v, subkey(tkey, str(k))) for k, v in table.items()}
+        tables = _by_role_and_name(settings, key, parse_fraction, "fraction")
         total = sum(tables["roles"].values(), Fraction(0)) + sum(tables["frameworks"].values(), Fraction(0))
         if total > 1:
             raise ConfigError(
