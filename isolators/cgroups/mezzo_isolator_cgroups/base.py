@@ -33,9 +33,10 @@ from typing import Any, ClassVar
 import structlog
 from mezzo.hookspecs import Container, Isolator
 from mezzo.resources import Resources
+from mezzo.setting_checks import reject_unknown
 
 from . import v1
-from .settings import cgroup_root, reject_unknown
+from .settings import cgroup_root
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 

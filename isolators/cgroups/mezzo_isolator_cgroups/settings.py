@@ -14,39 +14,13 @@ integer from 1000 to 1000000, got 10``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from mezzo.errors import ConfigError
+from mezzo.setting_checks import kind_of, subkey
 
 from . import v1
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def subkey(key: str, name: str) -> str:
-    """``key.name``, quoting ``name`` as TOML needs when it is not a bare key."""
-    if _BARE_KEY.fullmatch(name):
-        return f"{key}.{name}"
-    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{key}."{escaped}"'
-
-
-def kind_of(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    return f"{type(value).__name__} {value!r}"
-
-
-def reject_unknown(settings: Mapping[str, Any], key: str, known: tuple[str, ...]) -> None:
-    for name in settings:
-        if name not in known:
-            raise ConfigError(subkey(key, str(name)), f"unknown setting (known: {', '.join(known)})")
 
 
 def boolean(settings: Mapping[str, Any], key: str, name: str, default: bool) -> bool:

@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from mezzo.hookspecs import AllocationCycle, Allocator
 from mezzo.resources import SCALE, Resources
+from mezzo.setting_checks import expect_table, reject_unknown, subkey
 
 from .sorter import DRFSorter
-from .weights import Guarantees, Weights, expect_table, reject_unknown, subkey
+from .weights import Guarantees, Weights
 
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo

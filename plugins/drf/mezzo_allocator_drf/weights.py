@@ -19,52 +19,16 @@ Role and framework names that are not bare TOML keys are quoted in that key
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mezzo.errors import ConfigError
+from mezzo.setting_checks import expect_table, kind_of, reject_unknown, subkey
 
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def subkey(key: str, name: str) -> str:
-    """``key.name``, with ``name`` quoted the way TOML needs it when it is not a bare key."""
-    if _BARE_KEY.fullmatch(name):
-        return f"{key}.{name}"
-    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{key}."{escaped}"'
-
-
-def kind_of(value: Any) -> str:
-    """A TOML-ish name for the type of ``value``, for error messages."""
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    return f"{type(value).__name__} {value!r}"
-
-
-def expect_table(value: Any, key: str, what: str) -> Mapping[str, Any]:
-    """``value`` if it is a table, else ConfigError on ``key`` saying ``what`` was expected."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(key, f"expected {what}, got {kind_of(value)}")
-    return value
-
-
-def reject_unknown(settings: Mapping[str, Any], key: str, known: tuple[str, ...]) -> None:
-    """ConfigError on the first setting of ``settings`` not in ``known``."""
-    for name in settings:
-        if name not in known:
-            raise ConfigError(subkey(key, name), f"unknown setting (known: {', '.join(known)})")
-
 
 def parse_weight(value: Any, key: str) -> float:
     # bool is an int in Python but never a weight in TOML.

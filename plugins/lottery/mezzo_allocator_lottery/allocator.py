@@ -63,8 +63,8 @@ from typing import TYPE_CHECKING, Any
 
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import AllocationCycle
+from mezzo.setting_checks import expect_table, kind_of, reject_unknown, subkey
 from mezzo_allocator_drf import DRFAllocator, Weights
-from mezzo_allocator_drf.weights import expect_table, kind_of, reject_unknown, subkey
 
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
