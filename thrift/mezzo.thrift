@@ -144,6 +144,20 @@ struct RunningTask {
   3: optional TaskStatus latest,
 }
 
+/**
+ * How the master wants a task killed, when it is not simply its framework asking
+ * (revocation, paper §3.3). Unset fields keep the agent's own behaviour.
+ */
+struct KillPolicy {
+  /** Seconds between asking the task to stop and killing its process tree (or its
+      whole executor); unset: the agent's kill_grace_period. */
+  1: optional double grace_seconds,
+  /** Reason code the task's TASK_KILLING and TASK_KILLED updates carry, e.g. "revoked". */
+  2: string reason = "",
+  /** Why, for people: prefixed to those updates' messages. */
+  3: string message = "",
+}
+
 /** Per-decline filter: do not re-offer these resources for refuse_seconds. */
 struct Filters {
   1: double refuse_seconds = 5.0,
@@ -239,7 +253,8 @@ service Agent {
   oneway void registered(1: string agent_id),
   oneway void reregistered(1: string agent_id),
   oneway void run_task(1: FrameworkInfo framework, 2: TaskInfo task),
-  oneway void kill_task(1: string framework_id, 2: string task_id),
+  /** kill: unset when the framework asked; set by the master's own kills (revocation). */
+  oneway void kill_task(1: string framework_id, 2: string task_id, 3: KillPolicy kill),
   oneway void status_update_acknowledged(1: string framework_id, 2: string task_id,
                                          3: string uuid),
   oneway void framework_to_executor(1: string framework_id, 2: string executor_id,

@@ -119,6 +119,12 @@ class MasterConfig:
     min_offer: str = ""
     """Mesos syntax, scalars only (``cpus:4;mem:8192``): an agent is offered only once
     this much is free on it, capped by its total; empty = any amount (paper §4.6)."""
+    revocation_delay: float = 0.0
+    """Seconds a framework below its guarantee must go unoffered before tasks of
+    frameworks above theirs are revoked for it (paper §3.3); 0 = never revoke."""
+    revocation_grace_period: float = 3.0
+    """Seconds a revoked task gets between the request to stop and the kill of its
+    process tree (or of its whole executor)."""
     offer_filters: list[str] = field(default_factory=list)
     """Offer filter components applied after the built-in framework filters, in order."""
     offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)

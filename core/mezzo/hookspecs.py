@@ -277,12 +277,12 @@ class Starved:
     framework_id: str
     """The starved framework."""
     wants: "Resources"
-    """What it is short of: its guarantee minus what it holds, or (for an allocator
-    without guarantees) a hint such as its fair share minus what it holds. Never
-    empty: a framework that is short of nothing is not starved."""
+    """What it is short of: its guarantee minus what it holds and minus what is being
+    revoked for it already (scalars). Getting any one of these resources in full
+    meets its guarantee (:mod:`mezzo.guarantees`). Never empty."""
     waiting_seconds: float
-    """How long it has wanted offers (``set_needs_offers(True)``), been below its
-    guarantee (or fair share) and been offered nothing."""
+    """How long it has wanted offers (``set_needs_offers(True)``) and launched
+    nothing; it is below its guarantee now."""
 
 
 @dataclass(frozen=True)
@@ -299,9 +299,9 @@ class HeldTask:
     """When it was launched, in ``time.time()`` seconds: how much work killing it
     would waste (paper §4.4)."""
     long: bool
-    """Marked long by its framework (paper §3.3, "supporting long tasks"); policies
-    may treat long and short tasks differently. ``TaskInfo`` carries no such mark
-    yet, so until it does the master reports every task as short (False)."""
+    """Marked long by its framework (paper §4.4); policies may treat long and short
+    tasks differently. ``TaskInfo`` carries no such mark yet, so until it does the
+    master reports every task as short (False)."""
 
 
 @dataclass(frozen=True)
@@ -334,6 +334,11 @@ class Victim:
     """Why, for people: the task's ``TaskStatus.message`` and the master's log, e.g.
     ``"framework F above its guarantee by cpus:2;mem:512 (guaranteed cpus:1);
     revoked for framework G, starved 40 s"``."""
+    for_framework_id: str = ""
+    """The starved framework the task is revoked for (a :attr:`Starved.framework_id`).
+    What the task frees is then held for that framework for a few seconds, so the
+    allocator cannot hand it straight to someone else, and counts toward its want
+    until the task is gone. Empty: the master frees it for anyone."""
 
 
 class RevocationPolicy(Component):
@@ -353,20 +358,29 @@ class RevocationPolicy(Component):
         """Choose the tasks to revoke for the ``starved`` frameworks.
 
         When it is called: on the master's event loop, when at least one framework
-        that wants offers (``set_needs_offers(True)``) is below its guarantee (or
-        fair share) and has been offered nothing for a while. ``starved`` lists those
-        frameworks; ``holders`` lists the frameworks that hold resources, with their
-        running tasks (a starved framework may appear in both). It must be cheap and
+        that wants offers (``set_needs_offers(True)``) is below its guarantee and has
+        launched nothing for ``master.revocation_delay`` seconds (checked about
+        once a second while revocation is on). ``starved`` lists those frameworks;
+        ``holders`` lists the frameworks that hold tasks that may be killed, with
+        those tasks (tasks already being killed are left out). It must be cheap and
         must not block; it must not keep or modify its arguments.
 
-        Rules every policy must keep:
+        "Below", "meets" and "above" a guarantee are meant as in
+        :mod:`mezzo.guarantees` (the dominant share measured against the
+        guarantee); its functions are there for policies to use. Rules every
+        policy must keep:
 
-        - Never pick a task of a framework whose ``allocated`` minus the resources of
-          the victims picked so far (this call included) would fall below its
-          ``guaranteed``, i.e. the guarantee must still fit in what is left: an
-          MPI-like framework that stays within its guarantee never loses a task.
-        - Pick no more than needed to cover the starved frameworks' ``wants``.
+        - Pick tasks only of frameworks above their guarantee, and never one that
+          would leave its framework's ``allocated`` minus the victims picked so far
+          (this call included) short of meeting its ``guaranteed``: an MPI-like
+          framework that stays within its guarantee never loses a task.
+        - Pick no more than needed for the starved frameworks to meet their
+          guarantees (see :attr:`Starved.wants`).
         - Name each task at most once, and only tasks from ``holders``.
+
+        The master checks the victims it gets: one that names no task it offered
+        the policy, or names one twice, is logged and skipped; an exception is
+        logged and revocation goes on at the next check.
 
         What the return means: the tasks to revoke, in the order to kill them; ``[]``
         for nothing to do (nobody above a guarantee, or nothing that helps). The

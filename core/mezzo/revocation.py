@@ -13,15 +13,17 @@ covered:
   since a pick shrinks its holder's excess.
 - **Which task.** The holder's newest task (latest ``started_at``, then smaller task
   id): it wastes the least work (paper §4.4). ``HeldTask.long`` is not looked at.
-- **Never below a guarantee.** A task is taken only if the holder's guarantee still
-  fits in its allocation minus every task taken from it so far and this one. A
-  framework whose guarantee does not fit in its allocation to begin with (below its
-  guarantee in some resource) loses nothing.
+- **Never below a guarantee** (in the sense of :mod:`mezzo.guarantees`: the
+  dominant share measured against the guarantee). Only a holder *above* its
+  guarantee loses tasks, and a task is taken only if what the holder keeps, after
+  every task taken from it so far and this one, still meets its guarantee. A
+  framework at or below its guarantee loses nothing.
 - **No more than needed.** A task is taken only if it holds some of what the
-  starved framework still wants, and taking stops as soon as the want is covered
-  (the last task may overshoot it). Tasks of starved frameworks are never taken.
-  If the want cannot be covered, what could be taken is still returned: it brings
-  the starved framework closer to its guarantee.
+  starved framework still wants, and taking stops as soon as the starved framework
+  would meet its guarantee: once one resource of its want is covered (the last
+  task may overshoot it). Tasks of starved frameworks are never taken. If the want
+  cannot be covered, what could be taken is still returned: it brings the starved
+  framework closer to its guarantee.
 
 Cost: O(victims x (holders x log holders + tasks of a holder)).
 No settings; any key in ``[master.revocation_policy.fair-share]`` is an error.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .guarantees import above_guarantee, meets_guarantee
 from .hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
 from .resources import Resources
 
@@ -58,7 +61,7 @@ class FairSharePolicy(RevocationPolicy):
         victims: list[Victim] = []
         for s in sorted(starved, key=lambda s: -s.waiting_seconds):  # stable: ties keep input order
             remaining = s.wants
-            while remaining:
+            while not _covered(remaining, s.wants):
                 pick = self._next(remaining, left, guaranteed, queue, held)
                 if pick is None:
                     break
@@ -72,6 +75,7 @@ class FairSharePolicy(RevocationPolicy):
                     reason=(f"framework {fid} above its guarantee by {excess} "
                             f"(guaranteed {g or 'nothing'}); revoked for framework "
                             f"{s.framework_id}, starved {s.waiting_seconds:.0f} s"),
+                    for_framework_id=s.framework_id,
                 ))
         return victims
 
@@ -88,19 +92,23 @@ class FairSharePolicy(RevocationPolicy):
         ranked = []
         for fid, alloc in left.items():
             g = guaranteed[fid]
-            if not queue[fid] or not g.fits_in(alloc):
+            if not queue[fid] or not above_guarantee(alloc, g):
                 continue
             excess = alloc - g
-            if not excess:
-                continue
             ranked.append((-_dominant_share(excess, held), fid, excess))
         ranked.sort(key=lambda r: (r[0], r[1]))
         for _, fid, excess in ranked:
             alloc, g = left[fid], guaranteed[fid]
             for task in queue[fid]:
-                if remaining.intersection(task.resources) and g.fits_in(alloc - task.resources):
+                if remaining.intersection(task.resources) and meets_guarantee(alloc - task.resources, g):
                     return fid, task, excess
         return None
+
+
+def _covered(remaining: Resources, wants: Resources) -> bool:
+    """True once one scalar of ``wants`` is all taken: the starved framework would
+    then meet its guarantee (:mod:`mezzo.guarantees`)."""
+    return not remaining or any(remaining.milli(name) == 0 for name in wants.scalars)
 
 
 def _dominant_share(excess: Resources, held: Resources) -> float:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mezzo.config import MasterConfig, RevocationPolicyConfig, from_dict
 from mezzo.errors import ConfigError
+from mezzo.guarantees import above_guarantee, meets_guarantee
 from mezzo.hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
 from mezzo.master.master import Master
 from mezzo.plugins import load_plugins
@@ -87,10 +88,29 @@ def test_nothing_when_no_holder_is_above_its_guarantee():
     assert policy().select([starved("S", cpus=1)], holders) == []
 
 
-def test_a_holder_below_its_guarantee_in_one_resource_loses_nothing():
-    # Above its cpus guarantee, but below its mem guarantee: it is below its guarantee.
+def test_a_holder_above_its_guarantee_in_one_resource_is_above_it():
+    # Dominant-share sense (mezzo.guarantees): 4 cpus against 1 guaranteed is above the
+    # guarantee although mem is below it; cpu-heavy tasks must not make it immune.
     h = holder("A", [task("a1", 1, cpus=2, mem=10), task("a2", 2, cpus=2, mem=10)], guaranteed=R(cpus=1, mem=100))
-    assert policy().select([starved("S", cpus=1)], [h]) == []
+    assert ids(policy().select([starved("S", cpus=1)], [h])) == [("A", "a2")]
+
+
+def test_a_holder_at_or_below_its_guarantee_loses_nothing():
+    at = holder("A", [task("a1", 1, cpus=2, mem=10), task("a2", 2, cpus=2, mem=10)], guaranteed=R(cpus=4, mem=100))
+    below = holder("B", [task("b1", 1, cpus=1, mem=10)], guaranteed=R(cpus=2, mem=100))
+    assert policy().select([starved("S", cpus=1)], [at, below]) == []
+
+
+def test_a_task_is_taken_only_if_the_holder_still_meets_its_guarantee():
+    # 3 cpus against 2 guaranteed: taking the 2-cpu task would leave 1 < 2; the 1-cpu one leaves 2.
+    h = holder("A", [task("big", 9, cpus=2), task("small", 1, cpus=1)], guaranteed=R(cpus=2))
+    assert ids(policy().select([starved("S", cpus=5)], [h])) == [("A", "small")]
+
+
+def test_the_want_is_covered_once_one_of_its_resources_is():
+    # Getting 2 cpus meets a guarantee of cpus:2;mem:4096 in the dominant-share sense.
+    h = holder("A", [task(f"t{i}", i, cpus=1, mem=256) for i in range(6)])
+    assert len(policy().select([starved("S", cpus=2, mem=4096)], [h])) == 2
 
 
 def test_newest_task_first():
@@ -206,15 +226,16 @@ def test_property_guarantees_hold_and_no_more_than_wanted(scenario):
         for v in mine:
             assert v.task_id in held and v.agent_id == held[v.task_id].agent_id
             left = left - held[v.task_id].resources
-            assert h.guaranteed.fits_in(left), "a holder was brought below its guarantee"
-    # No more than needed: before each starved framework's last victim, its want was not covered.
+            assert meets_guarantee(left, h.guaranteed), "a holder was brought below its guarantee"
+        assert above_guarantee(h.allocated, h.guaranteed), "a holder at or below its guarantee lost a task"
+    # No more than needed: before each starved framework's last victim, no resource of its want was covered.
     for s in starving:
         got = [v for v in victims if re.search(rf"for framework {re.escape(s.framework_id)},", v.reason)]
         taken = R()
         for v in got[:-1]:
             taken = taken + next(t for t in by_fid[v.framework_id].tasks if t.task_id == v.task_id).resources
         if got:
-            assert not s.wants.fits_in(taken)
+            assert all(taken.milli(name) < m for name, m in s.wants.scalars.items())
 
 
 # ----------------------------------------------------------- config and start-up

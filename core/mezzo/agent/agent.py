@@ -68,7 +68,7 @@ from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address, serve
 from ..services import AGENT, EXECUTOR, MASTER
-from ..wire.ttypes import AgentInfo, FrameworkInfo, RunningTask, TaskInfo, TaskState, TaskStatus
+from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 from . import posix
 from .checkpoint import Checkpoint, CheckpointState, ContainerEntry, WorkDirBusy
 from .command_executor import CommandTask
@@ -144,6 +144,9 @@ class Agent:
 
         self.frameworks: dict[str, FrameworkState] = {}
         self.tasks: dict[StreamKey, TaskRecord] = {}
+        self.kill_reasons: dict[StreamKey, tuple[str, str]] = {}
+        """(reason, message) of the master's own kills (revocation) per task, stamped on
+        the task's TASK_KILLING and TASK_KILLED updates until its terminal one."""
         self.checkpoint = Checkpoint(config.work_dir, enabled=config.checkpoint)
         self.updates = StatusUpdateManager(
             send=self._send_status,
@@ -550,7 +553,25 @@ class Agent:
         fw = self.frameworks.get(status.framework_id)
         if fw is not None and fw.shutting_down:
             return None
+        if self.kill_reasons:
+            self._stamp_kill_reason(status)
         return self.updates.update(status, source=source)
+
+    def _stamp_kill_reason(self, status: TaskStatus) -> None:
+        """Give a task the master killed for a reason of its own (revocation) that
+        reason on its kill updates, whoever made them: the command executor, a
+        custom executor, or the agent after killing a stuck executor."""
+        key = (status.framework_id, status.task_id)
+        why = self.kill_reasons.get(key)
+        if why is None:
+            return
+        if status.state in (TaskState.TASK_KILLING, TaskState.TASK_KILLED):
+            reason, message = why
+            status.reason = reason or status.reason
+            if message:
+                status.message = f"{message}; {status.message}" if status.message else message
+        if is_terminal(status.state):
+            del self.kill_reasons[key]
 
     def run_task(self, framework: FrameworkInfo, task: TaskInfo) -> None:
         fid = framework.framework_id if framework is not None else ""
@@ -614,7 +635,11 @@ class Agent:
                 self.checkpoint.task_gone(*key)  # its framework was shut down: nothing to report
             self._maybe_forget_framework(fw.info.framework_id)
 
-    def kill_task(self, framework_id: str, task_id: str) -> None:
+    def kill_task(self, framework_id: str, task_id: str, kill: KillPolicy | None = None) -> None:
+        """Kill a task: TASK_KILLING, then its process tree (or its whole executor)
+        once the grace period is over. ``kill`` is set by the master's own kills
+        (revocation): its grace replaces ``kill_grace_period``, and its reason and
+        message go on the task's kill updates."""
         if not framework_id or not task_id:
             self.log.warning("kill without a framework or task id", framework=framework_id, task=task_id)
             return
@@ -628,19 +653,24 @@ class Agent:
                 reason="unknown_task", message="unknown task",
             ))
             return
-        self.log.info("killing task", framework=framework_id, task=task_id)
+        grace = _grace_of(kill)
+        if kill is not None and (kill.reason or kill.message):
+            self.kill_reasons[(framework_id, task_id)] = (str(kill.reason or ""), str(kill.message or ""))
+        self.log.info("killing task", framework=framework_id, task=task_id,
+                      grace=grace, reason=kill.reason if kill is not None else None)
         if rec.runner is None:
             return  # recovered with its end still being reported
         if isinstance(rec.runner, CommandTask):
-            rec.runner.kill()
+            rec.runner.kill(grace)
         else:
-            rec.runner.kill_task(task_id)
+            rec.runner.kill_task(task_id, grace)
 
     def shutdown_framework(self, framework_id: str) -> None:
         # Nobody will acknowledge this framework's updates any more: drop them.
         self.updates.drop_framework(framework_id)
         for key in [k for k in self.tasks if k[0] == framework_id]:
             del self.tasks[key]
+            self.kill_reasons.pop(key, None)
         fw = self.frameworks.get(framework_id)
         for key in [k for k in self.checkpoint.state.tasks if k[0] == framework_id]:
             if fw is None or key[1] not in fw.command_tasks:
@@ -674,6 +704,10 @@ class Agent:
 
     def _forget_task(self, key: StreamKey) -> None:
         self.checkpoint.task_gone(*key)
+        # A kill that crossed the task's end (terminal update already sent) left its
+        # reason with no update to stamp: drop it, or a later task reusing the id
+        # would be reported revoked.
+        self.kill_reasons.pop(key, None)
         rec = self.tasks.pop(key, None)
         if rec is None:
             return
@@ -762,6 +796,15 @@ def _task_problem(task: TaskInfo) -> str | None:
             return str(exc)
         if task.executor.command is None or not task.executor.command.value:
             return "the executor's command is empty"
+    return None
+
+
+def _grace_of(kill: KillPolicy | None) -> float | None:
+    """The grace period a kill asks for, or None for the agent's own. A value that is
+    not a finite number >= 0 is ignored (a malformed message must not kill at once)."""
+    grace = kill.grace_seconds if kill is not None else None
+    if isinstance(grace, (int, float)) and not isinstance(grace, bool) and 0 <= grace < float("inf"):
+        return float(grace)
     return None
 
 

@@ -102,6 +102,8 @@ class CommandTask:
         self._terminal_sent = False
         self.finished = False
         self._kill_timer: asyncio.TimerHandle | None = None
+        self._grace: float | None = None
+        """The grace period the kill asked for; None: the agent's ``kill_grace_period``."""
         self.log = log.bind(agent=agent.agent_id, framework=self.framework_id, task=self.task_id)
 
     @classmethod
@@ -275,11 +277,13 @@ class CommandTask:
 
     # -- killing ----------------------------------------------------------
 
-    def kill(self) -> None:
-        """Ask the task to stop: TASK_KILLING, SIGTERM, and SIGKILL after the grace period."""
+    def kill(self, grace: float | None = None) -> None:
+        """Ask the task to stop: TASK_KILLING, SIGTERM, and SIGKILL after ``grace``
+        seconds (None: the agent's ``kill_grace_period``)."""
         if self.kill_requested or self.finished:
             return
         self.kill_requested = True
+        self._grace = grace
         self._status(TaskState.TASK_KILLING)
         if self.running is not None:
             self._start_kill()
@@ -294,15 +298,19 @@ class CommandTask:
     def _start_kill(self) -> None:
         assert self.running is not None
         self.running.terminate()
-        grace = self.agent.config.kill_grace_period
+        grace = self.grace
         self._kill_timer = asyncio.get_running_loop().call_later(grace, self._escalate)
 
     def _escalate(self) -> None:
         self._kill_timer = None
         if self.running is not None and self.running.returncode is None:
-            self.log.info("task outlived its kill grace period; killing its process tree",
-                          grace=self.agent.config.kill_grace_period)
+            self.log.info("task outlived its kill grace period; killing its process tree", grace=self.grace)
             self.running.kill()
+
+    @property
+    def grace(self) -> float:
+        """Seconds from SIGTERM to SIGKILL for this task's kill."""
+        return self.agent.config.kill_grace_period if self._grace is None else self._grace
 
     def _cancel_kill_timer(self) -> None:
         if self._kill_timer is not None:

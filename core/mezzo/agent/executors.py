@@ -99,7 +99,8 @@ class ExecutorRun:
         """Unfinished tasks, queued or launched."""
         self._queued: list[str] = []
         self._killed: set[str] = set()
-        self._kill_on_register: set[str] = set()
+        self._kill_on_register: dict[str, float | None] = {}
+        """Tasks killed while RECOVERING, with the grace their kill asked for."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._ended = False
         self.reason: str | None = None
@@ -300,8 +301,9 @@ class ExecutorRun:
     def owns(self, task_id: str) -> bool:
         return task_id in self.tasks
 
-    def kill_task(self, task_id: str) -> None:
-        """Forward a kill; escalate to killing the executor after the grace period."""
+    def kill_task(self, task_id: str, grace: float | None = None) -> None:
+        """Forward a kill; escalate to killing the executor if the task is still
+        there after ``grace`` seconds (None: the agent's ``kill_grace_period``)."""
         if task_id not in self.tasks:
             return
         if task_id in self._queued:
@@ -311,7 +313,7 @@ class ExecutorRun:
             self._status(task_id, TaskState.TASK_KILLED, message="task killed before its executor registered")
             return
         if self.state == RECOVERING:
-            self._kill_on_register.add(task_id)  # forwarded once the executor is back
+            self._kill_on_register[task_id] = grace  # forwarded once the executor is back
             return
         if self.state != REGISTERED or self.conn is None:
             self._killed.add(task_id)  # reported TASK_KILLED when the process is gone
@@ -319,15 +321,13 @@ class ExecutorRun:
         self.conn.remote(EXECUTOR).kill_task(task_id)
         key = f"kill:{task_id}"
         if key not in self._timers:
-            self._timers[key] = asyncio.get_running_loop().call_later(
-                self.agent.config.kill_grace_period, self._kill_timed_out, task_id
-            )
+            grace = self.agent.config.kill_grace_period if grace is None else grace
+            self._timers[key] = asyncio.get_running_loop().call_later(grace, self._kill_timed_out, task_id, grace)
 
-    def _kill_timed_out(self, task_id: str) -> None:
+    def _kill_timed_out(self, task_id: str, grace: float) -> None:
         self._timers.pop(f"kill:{task_id}", None)
         if task_id not in self.tasks:
             return
-        grace = self.agent.config.kill_grace_period
         self.log.warning("executor did not kill its task in time; killing the executor", task=task_id, grace=grace)
         self._killed.add(task_id)
         self.terminate(
@@ -364,9 +364,9 @@ class ExecutorRun:
         self._queued.clear()
         self._update_resources()
         self.log.info("executor re-registered" if again else "executor registered", peer=conn.peer)
-        kills, self._kill_on_register = self._kill_on_register, set()
-        for task_id in kills:
-            self.kill_task(task_id)
+        kills, self._kill_on_register = self._kill_on_register, {}
+        for task_id, grace in kills.items():
+            self.kill_task(task_id, grace)
 
     def on_disconnected(self, conn: Connection) -> None:
         if conn is not self.conn:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..rpc import Connection
 from ..services import EXECUTOR, MASTER, TOOL
-from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskStatus
+from ..wire.ttypes import FrameworkInfo, KillPolicy, TaskInfo, TaskStatus
 from . import statistics
 from .executors import ExecutorRun
 
@@ -59,9 +59,9 @@ class AgentService:
         if self._from_master(conn, "run_task"):
             self._agent.run_task(framework, task)
 
-    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
+    def kill_task(self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None) -> None:
         if self._from_master(conn, "kill_task"):
-            self._agent.kill_task(framework_id or "", task_id or "")
+            self._agent.kill_task(framework_id or "", task_id or "", kill if isinstance(kill, KillPolicy) else None)
 
     def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str, uuid: str) -> None:
         if self._from_master(conn, "status_update_acknowledged"):

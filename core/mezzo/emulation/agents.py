@@ -36,7 +36,7 @@ from ..discovery import peer_address
 from ..resources import Resources
 from ..rpc import Connection, connect
 from ..services import AGENT, MASTER
-from ..wire.ttypes import AgentInfo, RunningTask, TaskInfo, TaskState, TaskStatus
+from ..wire.ttypes import AgentInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 
 log = structlog.get_logger("mezzo.emulation", component="emulated-agent")
 
@@ -142,13 +142,13 @@ class EmulatedAgent:
         self._update(framework_id, task, TaskState.TASK_RUNNING)
         self.pool.clock.finish_later(self, key, task_duration(task))
 
-    def finish(self, key: tuple[str, str], state: int) -> None:
+    def finish(self, key: tuple[str, str], state: int, *, reason: str = "", message: str = "") -> None:
         """End the task of ``key`` in ``state`` (a no-op once it ended)."""
         task = self.tasks.pop(key, None)
         if task is not None:
             self.ending[key] = task
             self.pool.running -= 1
-            self._update(key[0], task, state)
+            self._update(key[0], task, state, reason=reason, message=message)
 
     def acknowledged(self, key: tuple[str, str], uuid_: str) -> bool:
         """Take an acknowledgement; True when the task has nothing left to report."""
@@ -167,9 +167,11 @@ class EmulatedAgent:
             return True
         return False
 
-    def _update(self, framework_id: str, task: TaskInfo, state: int) -> None:
+    def _update(self, framework_id: str, task: TaskInfo, state: int, *, reason: str = "",
+                message: str = "") -> None:
         status = TaskStatus(task_id=task.task_id, state=state, source="agent", agent_id=self.agent_id,
-                            framework_id=framework_id, uuid=os.urandom(16).hex(), timestamp=time.time())
+                            framework_id=framework_id, uuid=os.urandom(16).hex(), timestamp=time.time(),
+                            reason=reason, message=message)
         key = (framework_id, task.task_id)
         self.latest[key] = status
         # Like a real agent: one update in flight per task, the next waits for its
@@ -259,10 +261,13 @@ class _AgentConnection:
             self.owner[(framework.framework_id, task.task_id)] = agent
             agent.run_task(framework.framework_id, task)
 
-    def kill_task(self, conn: Connection, framework_id: str, task_id: str) -> None:
+    def kill_task(self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None) -> None:
+        # An emulated task is a timer: it stops at once, whatever grace the kill allows.
         agent = self.owner.get((framework_id, task_id))
         if agent is not None:
-            agent.finish((framework_id, task_id), TaskState.TASK_KILLED)
+            reason = kill.reason or "" if kill is not None else ""
+            message = kill.message or "" if kill is not None else ""
+            agent.finish((framework_id, task_id), TaskState.TASK_KILLED, reason=reason, message=message)
 
     def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
         for key, agent in list(self.owner.items()):

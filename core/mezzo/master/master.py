@@ -58,6 +58,7 @@ from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, Offer
 from .recovery import Recovery
 from .refusals import RefuseFilters
 from .registry import MemoryRegistry, ZkRegistry
+from .revocation_monitor import RevocationMonitor
 from .state_snapshot import StateSnapshots
 from .state_view import render_state
 from .task_calls import TaskCalls
@@ -81,7 +82,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             key=f"master.revocation_policy.{config.revocation_policy.name}",
             selected_by="master.revocation_policy.name",
         )
-        """The selected revocation policy (paper §3.3); nothing calls it yet."""
+        """The selected revocation policy (paper §3.3), asked by :attr:`revocation`."""
         self.zk_url = parse_zk_url(config.zk, "master.zk") if config.zk else None
         self.min_offer = parse_min_offer(config.min_offer)
         """``master.min_offer`` (None = off); each agent holds it capped by its total."""
@@ -149,6 +150,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         framework id, so that a framework coming back need not scan every agent."""
         self._framework_ids = itertools.count(0)
         self._agent_ids = itertools.count(0)
+        self.revocation: RevocationMonitor | None = None
+        """Watches for starved frameworks while leading, if ``revocation_delay`` > 0."""
 
     # ----------------------------------------------------------- lifecycle
 
@@ -224,6 +227,10 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self.leader_address = self.address
         self.gate.open()
         self._health = AgentHealth(self, self._loop)
+        if self.config.revocation_delay > 0:
+            self.revocation = RevocationMonitor(self, self.revocation_policy, delay=self.config.revocation_delay,
+                                                grace=self.config.revocation_grace_period)
+            self.revocation.start(self._loop)
         self.recovery.begin(self, admitted or set())
         log.info("leading", address=self.address, master_id=self.id,
                  awaiting_agents=len(self.recovery.awaiting))
@@ -255,6 +262,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         if self._health is not None:
             self._health.stop()
             self._health = None
+        if self.revocation is not None:
+            self.revocation.stop()
         self.recovery.cancel()
         for record in [*self.frameworks.values(), *self.agents.values()]:
             for h in (getattr(record, "failover_handle", None), getattr(record, "removal_handle", None)):
@@ -456,6 +465,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             "frameworks": len(self.frameworks),
             "frameworks_connected": sum(1 for f in self.frameworks.values() if f.conn is not None),
             "tasks_running": sum(len(f.tasks) for f in self.frameworks.values()),
+            "tasks_revoked": self.revocation.tasks_revoked if self.revocation is not None else 0,
             "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),

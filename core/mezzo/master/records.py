@@ -144,6 +144,9 @@ class TaskRecord:
     message: str = ""
     reason: str = ""
     updated_at: float = field(default_factory=time.time)
+    launched_at: float = field(default_factory=time.time)
+    """When this master launched it, or learned of it from a re-registering agent
+    (the work revoking it would waste, as far as this master knows)."""
 
     @property
     def id(self) -> str:

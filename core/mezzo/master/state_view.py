@@ -39,7 +39,10 @@ def snapshot(master: Master) -> dict[str, Any]:
             "allocation_interval": master.config.allocation_interval,
             "offer_timeout": master.config.offer_timeout,
             "min_offer": master.min_offer.to_dict() if master.min_offer is not None else None,
+            "revocation_policy": master.config.revocation_policy.name,
+            "revocation_delay": master.config.revocation_delay,
         },
+        "revocation": master.revocation.state() if master.revocation is not None else None,
         "agents": [
             {
                 "id": a.id,

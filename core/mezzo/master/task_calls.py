@@ -60,6 +60,8 @@ class TaskCalls:
             self._give_back(record, agent, unused, refuse)
         for accepted in plan.accepted:
             self._start_task(record, agent, accepted)
+        if plan.accepted and self.revocation is not None:
+            self.revocation.launched(record.id)
         self.request_allocation()
 
     def _give_back(self, record: FrameworkRecord, agent: AgentRecord | None, resources: Resources,
@@ -124,6 +126,8 @@ class TaskCalls:
             task.updated_at = time.time()
             if is_terminal(status.state):
                 self._release_task(task, agent)
+                if self.revocation is not None:
+                    self.revocation.task_ended(task, agent)
                 self.completed_tasks.append(task)
                 self.request_allocation(prompt=True)
         self.observe.mezzo_task_status(framework_id=fid, status=status)

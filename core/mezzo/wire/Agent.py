@@ -49,11 +49,14 @@ class Iface(object):
         """
         pass
 
-    def kill_task(self, framework_id, task_id):
+    def kill_task(self, framework_id, task_id, kill):
         """
+        kill: unset when the framework asked; set by the master's own kills (revocation).
+
         Parameters:
          - framework_id
          - task_id
+         - kill
 
         """
         pass
@@ -225,20 +228,24 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
-    def kill_task(self, framework_id, task_id):
+    def kill_task(self, framework_id, task_id, kill):
         """
+        kill: unset when the framework asked; set by the master's own kills (revocation).
+
         Parameters:
          - framework_id
          - task_id
+         - kill
 
         """
-        self.send_kill_task(framework_id, task_id)
+        self.send_kill_task(framework_id, task_id, kill)
 
-    def send_kill_task(self, framework_id, task_id):
+    def send_kill_task(self, framework_id, task_id, kill):
         self._oprot.writeMessageBegin('kill_task', TMessageType.ONEWAY, self._seqid)
         args = kill_task_args()
         args.framework_id = framework_id
         args.task_id = task_id
+        args.kill = kill
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -523,7 +530,7 @@ class Processor(Iface, TProcessor):
         args.read(iprot)
         iprot.readMessageEnd()
         try:
-            self._handler.kill_task(args.framework_id, args.task_id)
+            self._handler.kill_task(args.framework_id, args.task_id, args.kill)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -892,18 +899,21 @@ class kill_task_args(object):
     Attributes:
      - framework_id
      - task_id
+     - kill
 
     """
 
     __slots__ = (
         'framework_id',
         'task_id',
+        'kill',
     )
 
 
-    def __init__(self, framework_id=None, task_id=None,):
+    def __init__(self, framework_id=None, task_id=None, kill=None,):
         self.framework_id = framework_id
         self.task_id = task_id
+        self.kill = kill
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -924,6 +934,12 @@ class kill_task_args(object):
                     self.task_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.kill = KillPolicy()
+                    self.kill.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -941,6 +957,10 @@ class kill_task_args(object):
         if self.task_id is not None:
             oprot.writeFieldBegin('task_id', TType.STRING, 2)
             oprot.writeString(self.task_id.encode('utf-8') if sys.version_info[0] == 2 else self.task_id)
+            oprot.writeFieldEnd()
+        if self.kill is not None:
+            oprot.writeFieldBegin('kill', TType.STRUCT, 3)
+            self.kill.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -970,6 +990,7 @@ kill_task_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'framework_id', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'task_id', 'UTF8', None, ),  # 2
+    (3, TType.STRUCT, 'kill', [KillPolicy, None], None, ),  # 3
 )
 
 

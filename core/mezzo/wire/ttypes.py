@@ -1349,6 +1349,102 @@ class RunningTask(object):
         return not (self == other)
 
 
+class KillPolicy(object):
+    """
+    How the master wants a task killed, when it is not simply its framework asking
+    (revocation, paper §3.3). Unset fields keep the agent's own behaviour.
+
+    Attributes:
+     - grace_seconds: Seconds between asking the task to stop and killing its process tree (or its
+    whole executor); unset: the agent's kill_grace_period.
+     - reason: Reason code the task's TASK_KILLING and TASK_KILLED updates carry, e.g. "revoked".
+     - message: Why, for people: prefixed to those updates' messages.
+
+    """
+
+    __slots__ = (
+        'grace_seconds',
+        'reason',
+        'message',
+    )
+
+
+    def __init__(self, grace_seconds=None, reason="", message="",):
+        self.grace_seconds = grace_seconds
+        self.reason = reason
+        self.message = message
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.DOUBLE:
+                    self.grace_seconds = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.message = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('KillPolicy')
+        if self.grace_seconds is not None:
+            oprot.writeFieldBegin('grace_seconds', TType.DOUBLE, 1)
+            oprot.writeDouble(self.grace_seconds)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 2)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        if self.message is not None:
+            oprot.writeFieldBegin('message', TType.STRING, 3)
+            oprot.writeString(self.message.encode('utf-8') if sys.version_info[0] == 2 else self.message)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Filters(object):
     """
     Per-decline filter: do not re-offer these resources for refuse_seconds.
@@ -1602,6 +1698,13 @@ RunningTask.thrift_spec = (
     (1, TType.STRING, 'framework_id', 'UTF8', None, ),  # 1
     (2, TType.STRUCT, 'task', [TaskInfo, None], None, ),  # 2
     (3, TType.STRUCT, 'latest', [TaskStatus, None], None, ),  # 3
+)
+all_structs.append(KillPolicy)
+KillPolicy.thrift_spec = (
+    None,  # 0
+    (1, TType.DOUBLE, 'grace_seconds', None, None, ),  # 1
+    (2, TType.STRING, 'reason', 'UTF8', "", ),  # 2
+    (3, TType.STRING, 'message', 'UTF8', "", ),  # 3
 )
 all_structs.append(Filters)
 Filters.thrift_spec = (
