@@ -68,6 +68,12 @@ struct Offer {
   6: map<string, string> attributes,
   /** Executors of this framework already running on the agent. */
   7: list<string> executor_ids,
+  /**
+   * How much of this offer long tasks (TaskInfo.long) may still use (paper §4.4):
+   * the agent's long-task bound (master.long_task_fraction of it) minus what its long
+   * tasks hold, within the offer. Unset: long tasks are not bounded.
+   */
+  8: optional Resources long_task_room,
 }
 
 struct CommandInfo {
@@ -96,6 +102,12 @@ struct TaskInfo {
   6: optional ExecutorInfo executor,
   7: optional binary data,
   8: map<string, string> labels,
+  /**
+   * A long task (paper §4.4): it may only use the long-task room of its offer
+   * (Offer.long_task_room). A task not marked long that runs past the master's
+   * short_task_max is revoked.
+   */
+  9: bool long = false,
 }
 
 enum TaskState {

@@ -119,6 +119,11 @@ class MasterConfig:
     min_offer: str = ""
     """Mesos syntax, scalars only (``cpus:4;mem:8192``): an agent is offered only once
     this much is free on it, capped by its total; empty = any amount (paper §4.6)."""
+    long_task_fraction: float = 1.0
+    """Long tasks (``TaskInfo.long``) may hold at most this fraction of each agent's
+    resources (paper §4.4); 1 = no bound."""
+    short_task_max: float = 0.0
+    """Seconds after which a task not marked long is revoked; 0 = never."""
     revocation_delay: float = 0.0
     """Seconds a framework below its guarantee must go unoffered before tasks of
     frameworks above theirs are revoked for it (paper §3.3); 0 = never revoke."""
@@ -300,8 +305,16 @@ def parse_min_offer(text: str, key: str = "master.min_offer") -> Resources | Non
 
 # Keys whose values need more than a type check, checked when the file is loaded so
 # that a mistake stops every command before it starts anything.
+def check_fraction(value: float, key: str) -> float:
+    """A share of something: in (0, 1]. Raises :class:`ConfigError` naming ``key``."""
+    if not 0 < value <= 1:
+        raise ConfigError(key, f"expected a fraction in (0, 1], got {value!r}")
+    return value
+
+
 _VALUE_CHECKS = {
     "master.min_offer": parse_min_offer,
+    "master.long_task_fraction": check_fraction,
 }
 
 

@@ -299,9 +299,8 @@ class HeldTask:
     """When it was launched, in ``time.time()`` seconds: how much work killing it
     would waste (paper §4.4)."""
     long: bool
-    """Marked long by its framework (paper §4.4); policies may treat long and short
-    tasks differently. ``TaskInfo`` carries no such mark yet, so until it does the
-    master reports every task as short (False)."""
+    """Marked long by its framework (``TaskInfo.long``, paper §4.4); policies may
+    treat long and short tasks differently."""
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,14 @@ EXEC = ExecutorInfo(executor_id="ex-1", command=CommandInfo(value="./executor"),
 TASK_CMD = TaskInfo(task_id="t-1", name="word count", agent_id="ag-3", resources=RES,
                     command=CMD, labels={"owner": "alice"})
 TASK_EXEC = TaskInfo(task_id="t-2", agent_id="ag-3", resources=Resources(cpus=0.25, mem=64),
-                     executor=EXEC, data=b"\x00\x01binary\xff")
+                     executor=EXEC, data=b"\x00\x01binary\xff", long=True)
 STATUS = TaskStatus(task_id="t-1", state=TaskState.TASK_FAILED, message="exit 3",
                     reason="command_failed", source="agent", agent_id="ag-3",
                     executor_id="", framework_id="fw-7", uuid="u-9f", timestamp=1712.5,
                     exit_code=3, data=b"tail")
 OFFER = Offer(offer_id="m-O1", framework_id="fw-7", agent_id="ag-3", hostname="node3.example",
-              resources=RES, attributes={"rack": "r1"}, executor_ids=["ex-1"])
+              resources=RES, attributes={"rack": "r1"}, executor_ids=["ex-1"],
+              long_task_room=Resources(cpus=1, mem=512))
 BLOB = bytes(range(256))
 
 SAMPLES: dict[str, dict[str, tuple]] = {

@@ -118,7 +118,8 @@ class Scheduler:
         Outstanding offers are void from now on."""
 
     def resource_offers(self, driver: SchedulerDriver, offers: list[Offer]) -> None:
-        """New offers; ``offer.resources`` is a :class:`mezzo.Resources`. Answer each with
+        """New offers; ``offer.resources`` (and ``offer.long_task_room``, None when long
+        tasks are not bounded) is a :class:`mezzo.Resources`. Answer each with
         ``launch_tasks`` or ``decline_offer`` (unanswered offers are rescinded after the
         master's offer timeout)."""
 
@@ -445,6 +446,8 @@ class SchedulerDriver(DriverLifecycle):
         for offer in offers:
             try:
                 offer.resources = Resources.of(offer.resources)
+                if offer.long_task_room is not None:
+                    offer.long_task_room = Resources.of(offer.long_task_room)
             except InvalidResources as exc:
                 self._log.warning(
                     "declining an offer with invalid resources", offer=offer.offer_id, error=str(exc)

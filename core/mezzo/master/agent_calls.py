@@ -23,6 +23,7 @@ from .. import is_terminal, state_name
 from ..resources import InvalidResources, Resources
 from ..services import AGENT, SCHEDULER
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState, TaskStatus
+from . import long_tasks
 from .allocation import effective_min_offer
 from .records import AgentRecord, AgentTag, FrameworkTag, TaskRecord
 from .registry import REFUSE
@@ -203,6 +204,9 @@ class AgentCalls:
                 continue
             agent.tasks[(fid, t.task_id)] = tr
             agent.free = agent.free - res
+            long_tasks.task_started(agent, tr)
+            if self.short_tasks is not None:
+                self.short_tasks.task_started(tr)
             framework = self.frameworks.get(fid)
             if framework is None:
                 self.orphans.setdefault(fid, []).append((agent, tr))
@@ -291,7 +295,8 @@ class AgentCalls:
     def _add_agent(self, conn: Any, info: AgentInfo, total: Resources, *, connected: bool = True) -> AgentRecord:
         record = AgentRecord(id=info.agent_id, info=info, conn=conn, total=total, free=total,
                              connected=connected, offerable=self.offerable,
-                             min_offer=effective_min_offer(self.min_offer, total))
+                             min_offer=effective_min_offer(self.min_offer, total),
+                             long_limit=long_tasks.long_task_limit(self.config.long_task_fraction, total))
         self.agents[record.id] = record
         self._attach_agent(conn, record.id)
         self.allocator.add_agent(record.id, total)

@@ -13,7 +13,9 @@ Rules, in the order they are checked (the first failing rule answers the task):
    unique within the framework and within the batch; the agent id of the offers;
    sane resources (no negative amounts, no inverted ranges); exactly one of
    ``command`` and ``executor``; an executor with an id and sane resources;
-   task plus (new) executor resources within what is left of the offers.
+   task plus (new) executor resources within what is left of the offers; a long
+   task (``TaskInfo.long``) within the agent's long-task room left, counting the
+   long tasks before it in the batch (:mod:`.long_tasks`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 
 from ..resources import InvalidResources, Resources
 from ..wire.ttypes import TaskInfo, TaskState, TaskStatus
+from .long_tasks import INSUFFICIENT_LONG_TASK_ROOM
+from .long_tasks import room as long_task_room
 from .records import AgentRecord, FrameworkRecord, OfferRecord
 
 # Reason codes carried in TaskStatus.reason; messages say the specifics.
@@ -118,6 +122,7 @@ def check_launch(
         offered = offered + o.resources
     plan.offered = offered
     left = offered
+    long_left = long_task_room(agent)
     batch_ids: set[str] = set()
     batch_executors: set[str] = set()
     for task in tasks:
@@ -134,6 +139,16 @@ def check_launch(
                 agent_id,
             ))
             continue
+        if task.long is True and long_left is not None:
+            if not resources.fits_in(long_left):
+                plan.rejected.append(_reject(
+                    task, fid, TaskState.TASK_ERROR, INSUFFICIENT_LONG_TASK_ROOM,
+                    "long task needs more than the agent's long-task room left: "
+                    + "; ".join(resources.shortfall(long_left)),
+                    agent_id,
+                ))
+                continue
+            long_left = long_left - resources
         left = left - need
         plan.used = plan.used + need
         batch_ids.add(task.task_id)

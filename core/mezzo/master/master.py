@@ -58,6 +58,7 @@ from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, Offer
 from .recovery import Recovery
 from .refusals import RefuseFilters
 from .registry import MemoryRegistry, ZkRegistry
+from .long_tasks import ShortTaskLimit, offer_room
 from .revocation_monitor import RevocationMonitor
 from .state_snapshot import StateSnapshots
 from .state_view import render_state
@@ -152,6 +153,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
         self._agent_ids = itertools.count(0)
         self.revocation: RevocationMonitor | None = None
         """Watches for starved frameworks while leading, if ``revocation_delay`` > 0."""
+        self.short_tasks: ShortTaskLimit | None = None
+        """Revokes short tasks past ``short_task_max`` while leading, if it is > 0."""
 
     # ----------------------------------------------------------- lifecycle
 
@@ -231,6 +234,9 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             self.revocation = RevocationMonitor(self, self.revocation_policy, delay=self.config.revocation_delay,
                                                 grace=self.config.revocation_grace_period)
             self.revocation.start(self._loop)
+        if self.config.short_task_max > 0:
+            self.short_tasks = ShortTaskLimit(self, self.config.short_task_max, self.config.revocation_grace_period)
+            self.short_tasks.start(self._loop)
         self.recovery.begin(self, admitted or set())
         log.info("leading", address=self.address, master_id=self.id,
                  awaiting_agents=len(self.recovery.awaiting))
@@ -264,6 +270,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             self._health = None
         if self.revocation is not None:
             self.revocation.stop()
+        if self.short_tasks is not None:
+            self.short_tasks.stop()
         self.recovery.cancel()
         for record in [*self.frameworks.values(), *self.agents.values()]:
             for h in (getattr(record, "failover_handle", None), getattr(record, "removal_handle", None)):
@@ -344,6 +352,7 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             resources=offer.resources,
             attributes=agent.info.attributes or {},
             executor_ids=[eid for (fid, eid) in agent.executors if fid == framework.id],
+            long_task_room=offer_room(agent, offer.resources),
         )
 
     def _arm_timers(self) -> None:
@@ -465,7 +474,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             "frameworks": len(self.frameworks),
             "frameworks_connected": sum(1 for f in self.frameworks.values() if f.conn is not None),
             "tasks_running": sum(len(f.tasks) for f in self.frameworks.values()),
-            "tasks_revoked": self.revocation.tasks_revoked if self.revocation is not None else 0,
+            "tasks_revoked": (self.revocation.tasks_revoked if self.revocation is not None else 0)
+            + (self.short_tasks.tasks_revoked if self.short_tasks is not None else 0),
             "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),

@@ -58,6 +58,8 @@ class AgentRecord:
         "executors",
         "id",
         "info",
+        "long_limit",
+        "long_used",
         "min_offer",
         "offerable",
         "offers",
@@ -71,7 +73,7 @@ class AgentRecord:
 
     def __init__(self, id: str, info: AgentInfo, conn: Any, total: Resources, free: Resources,
                  connected: bool = True, offerable: dict[str, AgentRecord] | None = None,
-                 min_offer: Resources | None = None) -> None:
+                 min_offer: Resources | None = None, long_limit: Resources | None = None) -> None:
         self.id = id
         self.info = info
         self.conn = conn
@@ -80,6 +82,11 @@ class AgentRecord:
         self.min_offer = min_offer
         """What must be free before the agent is offered (``master.min_offer`` capped by
         ``total``, see :func:`~mezzo.master.allocation.effective_min_offer`); None = any amount."""
+        self.long_limit = long_limit
+        """The most long tasks may hold here (``master.long_task_fraction`` of ``total``);
+        None = no bound. See :mod:`~mezzo.master.long_tasks`."""
+        self.long_used = Resources()
+        """What the long tasks here hold."""
         self.offers: dict[str, OfferRecord] = {}
         self.tasks: dict[tuple[str, str], TaskRecord] = {}
         """Keyed by (framework id, task id)."""

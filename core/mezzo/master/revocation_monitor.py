@@ -244,7 +244,7 @@ class RevocationMonitor:
                 continue
             tasks = [
                 HeldTask(task_id=t.id, agent_id=t.agent_id, resources=t.resources, started_at=t.launched_at,
-                         long=False)
+                         long=t.info.long is True)
                 for t in record.tasks.values()
                 if self._revocable(record, t)
             ]
@@ -280,8 +280,7 @@ class RevocationMonitor:
                                 "for_framework_id": for_fid, "reason": reason, "at": time.time()})
             log.info("revoking task", framework=key[0], task=key[1], agent=agent.id, starved=for_fid,
                      grace=self.grace, reason=reason)
-            agent.conn.remote(AGENT).kill_task(key[0], key[1], KillPolicy(
-                grace_seconds=self.grace, reason=REVOKED_REASON, message=f"revoked: {reason}"))
+            send_kill(agent, key[0], key[1], grace=self.grace, message=f"revoked: {reason}")
             killed.append(victim)
         return killed
 
@@ -312,6 +311,14 @@ class RevocationMonitor:
             "offers_rescinded": self.offers_rescinded,
             "recent": list(self.recent),
         }
+
+
+def send_kill(agent: AgentRecord, framework_id: str, task_id: str, *, grace: float, message: str) -> None:
+    """Ask ``agent`` to kill a task for the master's own reasons: with ``grace``
+    instead of the agent's ``kill_grace_period``, and reason ``revoked`` and
+    ``message`` on the task's kill updates. ``agent`` must be connected."""
+    agent.conn.remote(AGENT).kill_task(framework_id, task_id, KillPolicy(
+        grace_seconds=grace, reason=REVOKED_REASON, message=message))
 
 
 def holding(master: Master, record: FrameworkRecord, *, offers: bool = True) -> Resources:

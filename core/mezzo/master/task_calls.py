@@ -19,6 +19,7 @@ from ..resources import Resources
 from ..services import AGENT, SCHEDULER
 from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
 from . import launch as launch_rules
+from . import long_tasks
 from .records import AgentRecord, FrameworkRecord, TaskRecord
 from .registry import REFUSE
 
@@ -83,6 +84,9 @@ class TaskCalls:
         tr = TaskRecord(framework_id=record.id, agent_id=agent.id, info=task, resources=accepted.resources)
         record.tasks[task.task_id] = tr
         agent.tasks[(record.id, task.task_id)] = tr
+        long_tasks.task_started(agent, tr)
+        if self.short_tasks is not None:
+            self.short_tasks.task_started(tr)
         log.info("launching task", framework=record.id, agent=agent.id, task=task.task_id,
                  resources=accepted.resources)  # rendered only if logged
         agent.conn.remote(AGENT).run_task(record.info, task)
@@ -205,6 +209,7 @@ class TaskCalls:
             framework.tasks.pop(task.id, None)
             self.allocator.recovered(task.framework_id, task.resources)
         if agent is not None and agent.tasks.pop((task.framework_id, task.id), None) is not None:
+            long_tasks.task_released(agent, task)
             self._free_up(agent, task.resources)
 
     def _release_executor(self, agent: AgentRecord, key: tuple[str, str]) -> None:

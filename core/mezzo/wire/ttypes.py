@@ -498,6 +498,9 @@ class Offer(object):
      - resources
      - attributes
      - executor_ids: Executors of this framework already running on the agent.
+     - long_task_room: How much of this offer long tasks (TaskInfo.long) may still use (paper §4.4):
+    the agent's long-task bound (master.long_task_fraction of it) minus what its long
+    tasks hold, within the offer. Unset: long tasks are not bounded.
 
     """
 
@@ -509,10 +512,11 @@ class Offer(object):
         'resources',
         'attributes',
         'executor_ids',
+        'long_task_room',
     )
 
 
-    def __init__(self, offer_id=None, framework_id=None, agent_id=None, hostname=None, resources=None, attributes=None, executor_ids=None,):
+    def __init__(self, offer_id=None, framework_id=None, agent_id=None, hostname=None, resources=None, attributes=None, executor_ids=None, long_task_room=None,):
         self.offer_id = offer_id
         self.framework_id = framework_id
         self.agent_id = agent_id
@@ -520,6 +524,7 @@ class Offer(object):
         self.resources = resources
         self.attributes = attributes
         self.executor_ids = executor_ids
+        self.long_task_room = long_task_room
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -577,6 +582,12 @@ class Offer(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRUCT:
+                    self.long_task_room = Resources()
+                    self.long_task_room.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -621,6 +632,10 @@ class Offer(object):
             for iter49 in self.executor_ids:
                 oprot.writeString(iter49.encode('utf-8') if sys.version_info[0] == 2 else iter49)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.long_task_room is not None:
+            oprot.writeFieldBegin('long_task_room', TType.STRUCT, 8)
+            self.long_task_room.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -898,6 +913,9 @@ class TaskInfo(object):
      - executor
      - data
      - labels
+     - long: A long task (paper §4.4): it may only use the long-task room of its offer
+    (Offer.long_task_room). A task not marked long that runs past the master's
+    short_task_max is revoked.
 
     """
 
@@ -910,10 +928,11 @@ class TaskInfo(object):
         'executor',
         'data',
         'labels',
+        'long',
     )
 
 
-    def __init__(self, task_id=None, name="", agent_id=None, resources=None, command=None, executor=None, data=None, labels=None,):
+    def __init__(self, task_id=None, name="", agent_id=None, resources=None, command=None, executor=None, data=None, labels=None, long=False,):
         self.task_id = task_id
         self.name = name
         self.agent_id = agent_id
@@ -922,6 +941,7 @@ class TaskInfo(object):
         self.executor = executor
         self.data = data
         self.labels = labels
+        self.long = long
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -981,6 +1001,11 @@ class TaskInfo(object):
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.BOOL:
+                    self.long = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1026,6 +1051,10 @@ class TaskInfo(object):
                 oprot.writeString(kiter73.encode('utf-8') if sys.version_info[0] == 2 else kiter73)
                 oprot.writeString(viter74.encode('utf-8') if sys.version_info[0] == 2 else viter74)
             oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.long is not None:
+            oprot.writeFieldBegin('long', TType.BOOL, 9)
+            oprot.writeBool(self.long)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1646,6 +1675,7 @@ Offer.thrift_spec = (
     (5, TType.STRUCT, 'resources', [Resources, None], None, ),  # 5
     (6, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 6
     (7, TType.LIST, 'executor_ids', (TType.STRING, 'UTF8', False), None, ),  # 7
+    (8, TType.STRUCT, 'long_task_room', [Resources, None], None, ),  # 8
 )
 all_structs.append(CommandInfo)
 CommandInfo.thrift_spec = (
@@ -1675,6 +1705,7 @@ TaskInfo.thrift_spec = (
     (6, TType.STRUCT, 'executor', [ExecutorInfo, None], None, ),  # 6
     (7, TType.STRING, 'data', 'BINARY', None, ),  # 7
     (8, TType.MAP, 'labels', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 8
+    (9, TType.BOOL, 'long', None, False, ),  # 9
 )
 all_structs.append(TaskStatus)
 TaskStatus.thrift_spec = (
