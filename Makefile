@@ -39,9 +39,9 @@ test: setup
 thrift:
 	thrift/generate.sh
 
-# Every benchmark, each rewriting its section of docs/benchmarks.md (about 45 minutes).
+# Every benchmark, each rewriting its section of docs/benchmarks.md (about an hour).
 bench: setup
-	$(PY) -m pip install -q matplotlib  # the Fig. 10 plot
+	$(PY) -m pip install -q matplotlib  # the plots (Fig. 10, ramp-up, §4.3, Fig. 8)
 	$(PY) bench/allocation_cycle.py
 	$(PY) bench/fig10.py
 	$(PY) bench/throughput.py
@@ -52,6 +52,9 @@ bench: setup
 	$(PY) bench/isolator_cost.py
 	$(PY) bench/bandwidth.py
 	$(PY) bench/cpu_isolation.py
+	$(PY) bench/rampup.py
+	$(PY) bench/lottery_locality.py
+	$(PY) bench/fig8.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup
