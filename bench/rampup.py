@@ -54,7 +54,6 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

@@ -67,7 +67,7 @@ def test_long_tasks_stay_within_the_room_and_short_ones_past_the_maximum_are_rev
     assert (framework.room.get("cpus"), framework.room.get("mem")) == (2, 512)  # half the agent
     assert framework.last("too-long")[:2] == ("TASK_ERROR", "insufficient_long_task_room")
     assert framework.last("quick")[0] == "TASK_FINISHED"
-    state, reason, message = framework.last("overstays")
+    _, reason, message = framework.last("overstays")
     assert reason == "revoked" and "master.short_task_max (1.5 s)" in message, message
     time.sleep(1.0)  # the long service outlives the maximum untouched
     assert framework.last("service")[0] == "TASK_RUNNING"

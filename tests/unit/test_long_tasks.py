@@ -10,7 +10,6 @@ import asyncio
 from collections import deque
 
 import pytest
-
 from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
 from mezzo.config import from_dict
 from mezzo.errors import ConfigError

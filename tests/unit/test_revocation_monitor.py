@@ -11,7 +11,6 @@ import asyncio
 import time
 
 import pytest
-
 from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
 from mezzo.config import MasterConfig, from_dict
 from mezzo.hookspecs import RevocationPolicy, Victim
@@ -91,13 +90,13 @@ def full(master):
 
 
 def test_nobody_is_starved_before_the_delay(master, full):
-    agent_id, agent_conn, _, _ = full
+    _, agent_conn, _, _ = full
     assert master.revocation.check() == []
     assert master.revocation.starved_now == [] and kills(agent_conn) == []
 
 
 def test_a_starved_framework_gets_the_newest_tasks_killed_with_the_grace_and_reason(master, full):
-    agent_id, agent_conn, _, _ = full
+    _, agent_conn, _, _ = full
     starve(master, "S")
     victims = master.revocation.check()
     assert [v.task_id for v in victims] == ["A-3", "A-2"]  # newest first, 2 cpus meet S's half
@@ -112,7 +111,7 @@ def test_a_starved_framework_gets_the_newest_tasks_killed_with_the_grace_and_rea
 
 
 def test_no_second_round_while_kills_are_in_flight_or_until_the_framework_launches(master, full):
-    agent_id, agent_conn, _, s = full
+    _, agent_conn, _, _ = full
     starve(master, "S")
     assert len(master.revocation.check()) == 2
     starve(master, "S")
@@ -139,7 +138,6 @@ def test_what_a_revoked_task_frees_is_held_for_the_starved_framework(master, ful
 
 
 def test_a_launch_makes_the_framework_eligible_again(master, full):
-    agent_id, agent_conn, _, s = full
     starve(master, "S")
     master.revocation.check()
     assert "S" in master.revocation.served
@@ -175,7 +173,7 @@ def test_offers_sat_on_longer_than_the_delay_are_rescinded_before_any_task_is_ki
 
 def test_young_offers_are_left_alone(master):
     # In a full cluster leftovers are offered all the time: they are no reason to wait.
-    a, agent_conn, offer_id = a_above_its_guarantee_with_an_offer(master)
+    a, _, offer_id = a_above_its_guarantee_with_an_offer(master)
     assert len(master.revocation.check()) == 4  # S's want is 4 cpus; A keeps 2 tasks and its offer
     assert a.called("offer_rescinded") == [] and offer_id in master.frameworks["A"].offers
 
@@ -193,7 +191,7 @@ class Misbehaving(RevocationPolicy):
 
 
 def test_a_policy_that_raises_is_logged_and_nothing_is_killed(master, full):
-    agent_id, agent_conn, _, _ = full
+    _, agent_conn, _, _ = full
     master.revocation.policy = Misbehaving(RuntimeError("policy bug"))
     starve(master, "S")
     assert master.revocation.check() == []
@@ -212,7 +210,7 @@ def test_victims_the_policy_was_not_offered_or_names_twice_are_skipped(master, f
 
 
 def test_tasks_being_killed_and_tasks_on_disconnected_agents_are_not_offered_to_the_policy(master, full):
-    agent_id, agent_conn, a, _ = full
+    agent_id, _, _, _ = full
     seen = []
 
     class Spy(RevocationPolicy):

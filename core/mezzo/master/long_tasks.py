@@ -21,7 +21,6 @@ What a long task holds is its own resources; an executor it brought is not count
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import deque
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ..resources import SCALE, Resources
+from .periodic import PeriodicCheck
 from .records import AgentRecord, TaskRecord
 from .revocation_monitor import send_kill
 
@@ -75,12 +75,14 @@ def task_released(agent: AgentRecord, task: TaskRecord) -> None:
         agent.long_used = agent.long_used - task.resources
 
 
-class ShortTaskLimit:
+class ShortTaskLimit(PeriodicCheck):
     """Revokes tasks not marked long that outlive ``master.short_task_max``.
 
     Tasks are queued in launch order with their deadline, so a check looks only at
     the tasks whose deadline passed: O(expired), whatever the number of tasks.
     """
+
+    log = log  # this module's logger, with its component
 
     def __init__(self, master: Master, max_seconds: float, grace: float) -> None:
         self.master = master
@@ -90,22 +92,6 @@ class ShortTaskLimit:
         self.queue: deque[tuple[float, str, str]] = deque()
         """(loop-time deadline, framework id, task id) of short tasks, oldest first."""
         self.tasks_revoked = 0
-        self._handle: asyncio.TimerHandle | None = None
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._handle = loop.call_later(self.interval, self._tick, loop)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            self.check()
-        except Exception:
-            log.exception("short task check failed")
-        self._handle = loop.call_later(self.interval, self._tick, loop)
 
     def task_started(self, task: TaskRecord) -> None:
         """Watch a task launched (or learned of from its agent) now."""

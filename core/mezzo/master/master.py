@@ -53,12 +53,12 @@ from .allocation import AllocationTimer, Cycle
 from .framework_calls import FrameworkCalls
 from .health import AgentHealth
 from .leadership import LeaderGate
+from .long_tasks import ShortTaskLimit, offer_room
 from .offers import OfferBook
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, OfferRecord, TaskRecord
 from .recovery import Recovery
 from .refusals import RefuseFilters
 from .registry import MemoryRegistry, ZkRegistry
-from .long_tasks import ShortTaskLimit, offer_room
 from .revocation_monitor import RevocationMonitor
 from .state_snapshot import StateSnapshots
 from .state_view import render_state

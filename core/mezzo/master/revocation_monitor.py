@@ -37,7 +37,6 @@ never answers) is forgotten, so the task can be chosen again.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from ..hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
 from ..resources import Resources
 from ..services import AGENT
 from ..wire.ttypes import KillPolicy, TaskState
+from .periodic import PeriodicCheck
 from .records import AgentRecord, FrameworkRecord, TaskRecord
 
 if TYPE_CHECKING:
@@ -82,12 +82,14 @@ class Revoking:
     """Loop time of the kill."""
 
 
-class RevocationMonitor:
+class RevocationMonitor(PeriodicCheck):
     """The revocation loop of one leadership term. See the module docstring.
 
     ``check()`` is the whole decision and can be called directly (the tests do);
     :meth:`start` runs it periodically on the master's loop.
     """
+
+    log = log  # this module's logger, with its component
 
     def __init__(self, master: Master, policy: RevocationPolicy, *, delay: float, grace: float) -> None:
         self.master = master
@@ -110,24 +112,6 @@ class RevocationMonitor:
         """The latest revocations, for ``mezzo state``."""
         self.starved_now: list[Starved] = []
         """The starved frameworks of the latest check."""
-        self._handle: asyncio.TimerHandle | None = None
-
-    # -- life cycle -------------------------------------------------------------
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._handle = loop.call_later(self.interval, self._tick, loop)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            self.check()
-        except Exception:  # a bug (or a policy's) must not end revocation for the term
-            log.exception("revocation check failed")
-        self._handle = loop.call_later(self.interval, self._tick, loop)
 
     # -- events from the master --------------------------------------------------
 
