@@ -151,6 +151,8 @@ class TaskRecord:
     message: str = ""
     reason: str = ""
     updated_at: float = field(default_factory=time.time)
+    kill_requested: bool = False
+    """Its framework asked to kill it: revocation leaves it alone."""
     launched_at: float = field(default_factory=time.time)
     """When this master launched it, or learned of it from a re-registering agent
     (the work revoking it would waste, as far as this master knows)."""

@@ -238,7 +238,8 @@ class RevocationMonitor(PeriodicCheck):
         return holders
 
     def _revocable(self, record: FrameworkRecord, task: TaskRecord) -> bool:
-        if (record.id, task.id) in self.revoking or task.state in _DYING_STATES or is_terminal(task.state):
+        if (task.kill_requested or (record.id, task.id) in self.revoking or task.state in _DYING_STATES
+                or is_terminal(task.state)):
             return False
         agent = self.master.agents.get(task.agent_id)
         return agent is not None and agent.conn is not None

@@ -108,8 +108,10 @@ class TaskCalls:
             # Sent when the agent re-registers (or moot if it is declared lost).
             log.info("kill deferred: agent disconnected", framework=framework_id, task=task_id, agent=agent.id)
             agent.pending_kills.add((framework_id, task_id))
+            task.kill_requested = True
             return
         log.info("killing task", framework=framework_id, task=task_id, agent=agent.id)
+        task.kill_requested = True
         agent.conn.remote(AGENT).kill_task(framework_id, task_id)
 
     def status_update(self, conn: Any, status: TaskStatus) -> None:
