@@ -106,7 +106,7 @@ class EmulatedCluster:
         """What the emulators are given: the master's address, or the ``zk://`` URL."""
         self.masters: dict[str, subprocess.Popen] = {}
         self.killed: set[str] = set()
-        """Masters killed on purpose (not an error in :meth:`_check_alive`)."""
+        """Masters killed on purpose (not an error in :meth:`check_alive`)."""
         self.master: subprocess.Popen | None = None
         """The lone master, or the leader as of the last :meth:`leader`."""
         self.leader_address = self.address if self.zk is None else ""
@@ -258,7 +258,7 @@ class EmulatedCluster:
         while self.running < share * slots:
             if time.monotonic() - started > timeout:
                 raise TimeoutError(f"only {self.running} of {slots} slots busy after {timeout:g} s")
-            self._check_alive()
+            self.check_alive()
             time.sleep(0.2)
         return time.monotonic() - started
 
@@ -277,7 +277,7 @@ class EmulatedCluster:
         m = fetch_metrics(self.leader_address or self.address, timeout=30)
         return Sample(time.monotonic(), cpu, rss, m["messages_received"], m["messages_sent"], self.running)
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
         for name, proc in self.masters.items():
             if name not in self.killed and proc.poll() is not None:
                 raise RuntimeError(f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}")

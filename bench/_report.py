@@ -7,6 +7,7 @@ and kept).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +29,26 @@ def write_section(heading: str, lines: list[str], path: Path = BENCHMARKS) -> No
         text = text.rstrip("\n") + "\n\n" + body
     path.write_text(text)
     print(f"wrote {path}")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend, or None (saying so on
+    stderr) when matplotlib is not installed: the figures are written either way."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write and close a figure made with :func:`pyplot`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -204,7 +204,7 @@ def settle(cluster: EmulatedCluster, tasks: int, args: argparse.Namespace, leade
             return c
         if waited > args.settle_timeout:
             return c  # the comparison reports the difference
-        cluster._check_alive()
+        cluster.check_alive()
         time.sleep(args.poll)
 
 
@@ -257,7 +257,7 @@ def recover(cluster: EmulatedCluster, watch: LeaderWatch, old: str, killed_at: f
                 f"leading {at('leading')}, out of recovery {at('resumed')}, with everyone {at('whole')}; "
                 f"agents registered {agents.get('registered')} of {n}, frameworks "
                 f"{sum(em.latest.get('registered', 0) for em in cluster.frameworks)} of {frameworks}")
-        cluster._check_alive()
+        cluster.check_alive()
         time.sleep(args.poll)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, write_section
+from _report import ROOT, pyplot, save_figure, write_section
 from mezzo.emulation import run_probe
 
 FULL = [1_000, 5_000, 10_000, 20_000, 50_000]
@@ -181,13 +181,8 @@ def write_results(args, points: list[dict]) -> None:
 
 def draw(points: list[dict], path: Path) -> bool:
     """The Fig. 10 plot: median extra delay with min-max bars vs. agents. False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     xs = [p["agents"] for p in points]
     meds = [summarize(p)["median"] for p in points]
@@ -202,9 +197,7 @@ def draw(points: list[dict], path: Path) -> bool:
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 

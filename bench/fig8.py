@@ -41,7 +41,7 @@ from pathlib import Path
 import mezzo
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, write_section
+from _report import ROOT, pyplot, save_figure, write_section
 from mezzo.state_client import fetch_metrics, fetch_state
 
 sys.path.insert(0, str(ROOT))  # the example framework is not installed: import it from the repository
@@ -106,7 +106,7 @@ def run_until_measured(cluster: EmulatedCluster, config: Config, schedulers: lis
         if time.monotonic() - started > args.timeout:
             raise TimeoutError(f"{config.name}: jobs done per framework "
                                f"{[len(s.completed) for s in schedulers]} after {args.timeout:g} s")
-        cluster._check_alive()
+        cluster.check_alive()
         busy.append(cluster.running / (args.agents * args.cpus))
         time.sleep(0.5)
     return busy
@@ -263,13 +263,8 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
 
 def draw(results: dict[str, list[dict]], path: Path) -> bool:
     """The Fig. 8 bars (locality; job time). False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     names = list(results)
     sums = [summarize(results[n]) for n in names]
@@ -289,9 +284,7 @@ def draw(results: dict[str, list[dict]], path: Path) -> bool:
     for ax in (left, right):
         ax.set_xticks(list(xs), names, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 

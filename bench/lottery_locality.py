@@ -62,7 +62,7 @@ from pathlib import Path
 import mezzo
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, write_section
+from _report import ROOT, pyplot, save_figure, write_section
 from mezzo import Filters, FrameworkFilters, FrameworkInfo, Resources
 from mezzo.emulation import emulated_task
 
@@ -234,7 +234,7 @@ def one_run(allocator: str, seed: int, setup: Setup) -> RunResult:
             start = time.monotonic()
             time.sleep(setup.window)
             end = time.monotonic()
-            cluster._check_alive()  # a master or agent pool that died would void the window
+            cluster.check_alive()  # a master or agent pool that died would void the window
         finally:
             for d in drivers:
                 d.stop()
@@ -396,13 +396,8 @@ def command(args: argparse.Namespace) -> str:
 def draw(results: dict[str, list[RunResult]], setup: Setup, path: Path) -> bool:
     """Grouped bars: median share of P per framework and allocator, min-max over runs as
     error bars, the targets as markers. False (and no file) without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     width = 0.8 / len(results)
@@ -422,9 +417,7 @@ def draw(results: dict[str, list[RunResult]], setup: Setup, path: Path) -> bool:
     ax.set_ylim(0, max(0.6, max(max(r.shares.values()) for rs in results.values() for r in rs) + 0.05))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 

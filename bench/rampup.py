@@ -61,7 +61,7 @@ from pathlib import Path
 
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, write_section
+from _report import ROOT, pyplot, save_figure, write_section
 from mezzo import is_terminal
 from mezzo.driver import Scheduler, SchedulerDriver
 from mezzo.emulation import EmulatedScheduler, emulated_task
@@ -506,13 +506,8 @@ def draw(runs: list[Run], k: int, path: Path) -> bool:
     """Fraction of k held vs. time / T for the representative rigid run of each
     distribution, with the model's expectation and the T and T ln k marks. False
     without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
     horizon = 1.2 * harmonic(k) + 1.0
@@ -541,9 +536,7 @@ def draw(runs: list[Run], k: int, path: Path) -> bool:
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 
