@@ -55,6 +55,7 @@ bench: setup
 	$(PY) bench/rampup.py
 	$(PY) bench/lottery_locality.py
 	$(PY) bench/fig8.py
+	$(PY) bench/revocation_check.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup

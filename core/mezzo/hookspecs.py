@@ -316,7 +316,10 @@ class Holder:
     """:meth:`Allocator.guaranteed_share` of the framework: what it may hold
     without losing tasks. Empty when nothing is guaranteed."""
     tasks: "Sequence[HeldTask]"
-    """Its running tasks, the candidates for revocation, in no particular order."""
+    """Its running tasks, the candidates for revocation, in no particular order:
+    listed only when the framework is above its guarantee (:mod:`mezzo.guarantees`).
+    Empty for one at or below it: it may lose no task, and is a holder only for
+    what it holds (listing its tasks would cost every round O(tasks in the cluster))."""
 
 
 @dataclass(frozen=True)
@@ -360,8 +363,9 @@ class RevocationPolicy(Component):
         that wants offers (``set_needs_offers(True)``) is below its guarantee and has
         launched nothing for ``master.revocation_delay`` seconds (checked about
         once a second while revocation is on). ``starved`` lists those frameworks;
-        ``holders`` lists the frameworks that hold tasks that may be killed, with
-        those tasks (tasks already being killed are left out). It must be cheap and
+        ``holders`` lists the other frameworks that run tasks that could be killed
+        (on connected agents, not being killed already), with those tasks when the
+        framework is above its guarantee and none when it is not (it may lose none). It must be cheap and
         must not block; it must not keep or modify its arguments.
 
         "Below", "meets" and "above" a guarantee are meant as in

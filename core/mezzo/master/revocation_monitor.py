@@ -44,14 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .. import is_terminal
+from .. import TERMINAL_STATES
 from ..guarantees import above_guarantee, meets_guarantee, shortfall
 from ..hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
 from ..resources import Resources
 from ..services import AGENT
 from ..wire.ttypes import KillPolicy, TaskState
 from .periodic import PeriodicCheck
-from .records import AgentRecord, FrameworkRecord, TaskRecord
+from .records import AgentRecord, FrameworkRecord, TaskRecord, TaskTable
 
 if TYPE_CHECKING:
     from .master import Master
@@ -65,6 +65,8 @@ STALE_AFTER = 30.0
 REVOKED_REASON = "revoked"
 """``TaskStatus.reason`` of the kill updates of a revoked task."""
 _DYING_STATES = (TaskState.TASK_KILLING,)
+_NOT_REVOCABLE = frozenset((*_DYING_STATES, *TERMINAL_STATES))
+"""States of tasks never offered to the policy: dying or ended."""
 
 
 @dataclass(slots=True)
@@ -112,6 +114,8 @@ class RevocationMonitor(PeriodicCheck):
         """The latest revocations, for ``mezzo state``."""
         self.starved_now: list[Starved] = []
         """The starved frameworks of the latest check."""
+        self._listed: set[str] = set()
+        """The frameworks whose tasks the latest round offered to the policy."""
 
     # -- events from the master --------------------------------------------------
 
@@ -221,36 +225,62 @@ class RevocationMonitor(PeriodicCheck):
         return True
 
     def _holders(self, starving: set[str], held: dict[str, Resources]) -> list[Holder]:
+        """Every framework but the starved with a task the policy could be offered. Only
+        the tasks of those above their guarantee are listed: the others may lose
+        none, and listing their tasks cost O(every task in the cluster) per round.
+        Those at or below it are still there, with no tasks, for what they hold."""
         master = self.master
+        agents = master.agents
+        excluded = _NOT_REVOCABLE
         holders = []
+        self._listed = set()
         for record in master.frameworks.values():
             if record.id in starving or not record.tasks:
                 continue
-            tasks = [
-                HeldTask(task_id=t.id, agent_id=t.agent_id, resources=t.resources, started_at=t.launched_at,
-                         long=t.info.long is True)
-                for t in record.tasks.values()
-                if self._revocable(record, t)
-            ]
-            if tasks:
-                holders.append(Holder(framework_id=record.id, allocated=held.get(record.id, Resources()),
-                                      guaranteed=master.allocator.guaranteed_share(record.id), tasks=tasks))
+            fid = record.id
+            allocated = held.get(fid, Resources())
+            guaranteed = master.allocator.guaranteed_share(fid)
+            dying = {tid for f, tid in self.revoking if f == fid} if self.revoking else ()
+            candidates = (t for t in record.tasks.values()
+                          if not t.kill_requested and t.state not in excluded
+                          and (not dying or t.info.task_id not in dying)
+                          and (agent := agents.get(t.agent_id)) is not None and agent.conn is not None)
+            if above_guarantee(allocated, guaranteed):
+                tasks = [t.held or _held_task(t) for t in candidates]
+                if tasks:
+                    self._listed.add(fid)
+                    holders.append(Holder(framework_id=fid, allocated=allocated, guaranteed=guaranteed,
+                                          tasks=tasks))
+            elif next(candidates, None) is not None:
+                holders.append(Holder(framework_id=fid, allocated=allocated, guaranteed=guaranteed, tasks=()))
         return holders
 
     def _revocable(self, record: FrameworkRecord, task: TaskRecord) -> bool:
-        if (task.kill_requested or (record.id, task.id) in self.revoking or task.state in _DYING_STATES
-                or is_terminal(task.state)):
+        """Whether ``task`` may be offered to the policy (the test ``_holders`` inlines)."""
+        if task.kill_requested or (record.id, task.id) in self.revoking or task.state in _NOT_REVOCABLE:
             return False
         agent = self.master.agents.get(task.agent_id)
         return agent is not None and agent.conn is not None
 
+    def _offered(self, key: tuple) -> bool:
+        """Whether the task ``key`` (framework id, task id) was offered to the policy this
+        round: the tasks ``_holders`` listed are those of the frameworks in ``_listed``
+        that pass ``_revocable``, and nothing changed since but ``revoking``, which
+        ``_revoke`` checks on its own. O(1), where a set of every offered task was
+        O(tasks offered)."""
+        fid, tid = key
+        if fid not in self._listed or not isinstance(tid, str):
+            return False
+        record = self.master.frameworks.get(fid)
+        task = record.tasks.get(tid) if record is not None else None
+        return task is not None and self._revocable(record, task)
+
     def _revoke(self, victims: list[Victim], holders: list[Holder], starving: set[str], now: float) -> list[Victim]:
-        offered = {(h.framework_id, t.task_id) for h in holders for t in h.tasks}
         master = self.master
         killed = []
         for victim in victims:
             key = (getattr(victim, "framework_id", None), getattr(victim, "task_id", None))
-            if key not in offered or key in self.revoking:
+            if not self._offered(key) or key in self.revoking:
                 log.error("revocation policy named a task it was not offered, or one twice; skipped",
                           policy=self.policy.name, framework=key[0], task=key[1])
                 continue
@@ -298,6 +328,13 @@ class RevocationMonitor(PeriodicCheck):
         }
 
 
+def _held_task(task: TaskRecord) -> HeldTask:
+    """The task as a policy sees it, made once and kept on its record."""
+    task.held = HeldTask(task_id=task.info.task_id, agent_id=task.agent_id, resources=task.resources,
+                         started_at=task.launched_at, long=task.info.long is True)
+    return task.held
+
+
 def send_kill(agent: AgentRecord, framework_id: str, task_id: str, *, grace: float, message: str) -> None:
     """Ask ``agent`` to kill a task for the master's own reasons: with ``grace``
     instead of the agent's ``kill_grace_period``, and reason ``revoked`` and
@@ -309,13 +346,18 @@ def send_kill(agent: AgentRecord, framework_id: str, task_id: str, *, grace: flo
 def holding(master: Master, record: FrameworkRecord, *, offers: bool = True) -> Resources:
     """What counts toward a framework (the :attr:`Holder.allocated` of the policy
     hook): its tasks, the executors they run in, and (with ``offers``) its outstanding
-    offers, in O(its tasks + offers). An executor left with no task is not counted."""
-    total = Resources()
-    executors = set()
-    for task in record.tasks.values():
-        total = total + task.resources
-        if task.executor_id:
-            executors.add((task.agent_id, task.executor_id))
+    offers. An executor left with no task is not counted. The tasks' part is kept
+    summed by their :class:`~mezzo.master.records.TaskTable`, so this costs
+    O(its executors + offers), not O(its tasks)."""
+    tasks = record.tasks
+    if isinstance(tasks, TaskTable):
+        total = tasks.held()
+        executors = tasks.executors()
+    else:  # a plain dict (a record built by hand): sum from scratch
+        total = Resources()
+        for task in tasks.values():
+            total = total + task.resources
+        executors = {(t.agent_id, t.executor_id) for t in tasks.values() if t.executor_id}
     for offer in record.offers.values() if offers else ():
         total = total + offer.resources
     for agent_id, executor_id in executors:
