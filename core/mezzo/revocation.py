@@ -25,13 +25,16 @@ covered:
   cannot be covered, what could be taken is still returned: it brings the starved
   framework closer to its guarantee.
 
-Cost: O(victims x (holders x log holders + tasks of a holder)).
+Cost: O(tasks offered) to heap them once, then O(log) per victim and per task
+passed over: each holder's tasks are drawn newest first from a heap, and holders
+from a ranking in which only the holder just taken from changes its place.
 No settings; any key in ``[master.revocation_policy.fair-share]`` is an error.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import heapq
+from collections.abc import Sequence
 
 from .guarantees import above_guarantee, meets_guarantee
 from .hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
@@ -47,62 +50,83 @@ class FairSharePolicy(RevocationPolicy):
         held = Resources()
         for h in holders:
             held = held + h.allocated
-        # What each candidate holder is left with, and its tasks newest first.
-        left: dict[str, Resources] = {}
-        queue: dict[str, list[HeldTask]] = {}
-        guaranteed: dict[str, Resources] = {}
+        candidates: list[_Candidate] = []
+        seen: set[str] = set()
         for h in holders:
-            if h.framework_id in starving or h.framework_id in left:
-                continue
-            left[h.framework_id] = h.allocated
-            guaranteed[h.framework_id] = h.guaranteed
-            queue[h.framework_id] = sorted(h.tasks, key=lambda t: (-t.started_at, t.task_id))
+            if h.framework_id not in starving and h.framework_id not in seen and h.tasks:
+                seen.add(h.framework_id)
+                candidates.append(_Candidate(h))
 
         victims: list[Victim] = []
         for s in sorted(starved, key=lambda s: -s.waiting_seconds):  # stable: ties keep input order
             remaining = s.wants
-            while not _covered(remaining, s.wants):
-                pick = self._next(remaining, left, guaranteed, queue, held)
-                if pick is None:
-                    break
-                fid, task, excess = pick
-                queue[fid].remove(task)
-                left[fid] = left[fid] - task.resources
+            # Holders most above their guarantee first; a holder's rank changes only
+            # when a task is taken from it, so it is pushed back with its new rank.
+            ranking = [c.rank(held) for c in candidates if above_guarantee(c.left, c.guaranteed)]
+            heapq.heapify(ranking)
+            while ranking and not _covered(remaining, s.wants):
+                _, _, c = heapq.heappop(ranking)
+                excess = c.left - c.guaranteed
+                task = c.take(remaining)
+                if task is None:
+                    continue  # nothing of it helps this framework; it stays out of its ranking
                 remaining = remaining - task.resources
-                g = guaranteed[fid]
                 victims.append(Victim(
-                    framework_id=fid, task_id=task.task_id, agent_id=task.agent_id,
-                    reason=(f"framework {fid} above its guarantee by {excess} "
-                            f"(guaranteed {g or 'nothing'}); revoked for framework "
+                    framework_id=c.framework_id, task_id=task.task_id, agent_id=task.agent_id,
+                    reason=(f"framework {c.framework_id} above its guarantee by {excess} "
+                            f"(guaranteed {c.guaranteed or 'nothing'}); revoked for framework "
                             f"{s.framework_id}, starved {s.waiting_seconds:.0f} s"),
                     for_framework_id=s.framework_id,
                 ))
+                if above_guarantee(c.left, c.guaranteed):
+                    heapq.heappush(ranking, c.rank(held))
+            for c in candidates:
+                c.restore()
         return victims
 
-    @staticmethod
-    def _next(
-        remaining: Resources,
-        left: dict[str, Resources],
-        guaranteed: dict[str, Resources],
-        queue: dict[str, list[HeldTask]],
-        held: Resources,
-    ) -> tuple[str, HeldTask, Resources] | None:
-        """The next victim: the newest eligible task of the holder most above its
-        guarantee that has one, with that holder's excess before the pick."""
-        ranked = []
-        for fid, alloc in left.items():
-            g = guaranteed[fid]
-            if not queue[fid] or not above_guarantee(alloc, g):
-                continue
-            excess = alloc - g
-            ranked.append((-_dominant_share(excess, held), fid, excess))
-        ranked.sort(key=lambda r: (r[0], r[1]))
-        for _, fid, excess in ranked:
-            alloc, g = left[fid], guaranteed[fid]
-            for task in queue[fid]:
-                if remaining.intersection(task.resources) and meets_guarantee(alloc - task.resources, g):
-                    return fid, task, excess
+
+class _Candidate:
+    """A holder as :meth:`FairSharePolicy.select` works through it: what it is left
+    with, and its tasks in a heap, newest first, drawn only as far as needed (a
+    holder of 100,000 tasks loses a few of them; sorting them all cost more than
+    the rest of the round)."""
+
+    __slots__ = ("_passed", "_tasks", "framework_id", "guaranteed", "left")
+
+    def __init__(self, holder: Holder) -> None:
+        self.framework_id = holder.framework_id
+        self.guaranteed = holder.guaranteed
+        self.left = holder.allocated
+        # Task ids are unique within a holder, so the tuples never compare the tasks.
+        self._tasks = [(-t.started_at, t.task_id, t) for t in holder.tasks]
+        heapq.heapify(self._tasks)
+        self._passed: list[tuple[float, str, HeldTask]] = []
+
+    def rank(self, held: Resources) -> tuple[float, str, _Candidate]:
+        """Its place in a ranking: the dominant share of its excess, largest first,
+        then the smaller framework id."""
+        return (-_dominant_share(self.left - self.guaranteed, held), self.framework_id, self)
+
+    def take(self, remaining: Resources) -> HeldTask | None:
+        """Take its newest task that holds some of ``remaining`` and leaves it meeting
+        its guarantee; None if none does. Tasks passed over are kept aside until
+        :meth:`restore`: for the same starved framework they stay unfit, since
+        ``remaining`` and what the holder is left with only shrink."""
+        while self._tasks:
+            item = heapq.heappop(self._tasks)
+            task = item[2]
+            if remaining.intersection(task.resources) and meets_guarantee(self.left - task.resources,
+                                                                           self.guaranteed):
+                self.left = self.left - task.resources
+                return task
+            self._passed.append(item)
         return None
+
+    def restore(self) -> None:
+        """Put the tasks passed over back, for the next starved framework."""
+        for item in self._passed:
+            heapq.heappush(self._tasks, item)
+        self._passed.clear()
 
 
 def _covered(remaining: Resources, wants: Resources) -> bool:
