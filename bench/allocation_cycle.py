@@ -26,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+from _null_connection import NullConnection
 from _report import write_section
 from mezzo import AgentInfo, Filters, FrameworkInfo, Resources
 from mezzo.config import MasterConfig
-from mezzo.plugins import load_plugins
 from mezzo.master import Master
 from mezzo.master.master import tune_gc
 from mezzo.master.records import TaskRecord
+from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import CommandInfo, TaskInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,37 +41,12 @@ AGENT_RESOURCES = "cpus:24;mem:4096;disk:4096;ports:[31000-32000]"
 USED_PER_AGENT = Resources.parse("cpus:16;mem:2014;disk:1024")
 
 
-class NullConnection:
-    """A connection that encodes what the master sends and throws the bytes away."""
-
-    def __init__(self, peer: str) -> None:
-        self.peer = peer
-        self.tag = None
-        self.sent_bytes = 0
-        self.sent_messages = 0
-        self._remotes = {}
-
-    def remote(self, schema):
-        from mezzo.rpc import Remote
-
-        stub = self._remotes.get(id(schema))
-        if stub is None:
-            stub = self._remotes[id(schema)] = Remote(self.send, schema)
-        return stub
-
-    def send(self, frame: bytes) -> None:
-        self.sent_bytes += len(frame)
-        self.sent_messages += 1
-
-    def close(self) -> None:
-        pass
-
-
 def build(agents: int, frameworks: int, allocator: str):
     import asyncio
 
     master = Master(MasterConfig(offer_timeout=0, allocator=_alloc_config(allocator)), load_plugins())
     master._loop = asyncio.new_event_loop()  # for master.now; no I/O happens
+    master._become_leader()  # a lone master leads from start(); without it no cycle runs
     fconns = []
     for i in range(frameworks):
         conn = NullConnection(f"framework-{i}")

@@ -41,6 +41,7 @@ import statistics
 import sys
 import time
 
+from _null_connection import NullConnection
 from _report import write_section
 from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.config import from_dict
@@ -53,30 +54,6 @@ AGENT_RESOURCES = Resources(cpus=SLOTS, mem=SLOTS * 2048)
 TASK_RESOURCES = Resources(cpus=1, mem=2048)
 DELAY = 30.0
 CASES = ("quiet", "recent", "greedy", "spread")
-
-
-class NullConnection:
-    """A connection that encodes what the master sends and throws the bytes away."""
-
-    def __init__(self, peer: str) -> None:
-        self.peer = peer
-        self.tag = None
-        self.sent_messages = 0
-        self._remotes = {}
-
-    def remote(self, schema):
-        from mezzo.rpc import Remote
-
-        stub = self._remotes.get(id(schema))
-        if stub is None:
-            stub = self._remotes[id(schema)] = Remote(self.send, schema)
-        return stub
-
-    def send(self, frame: bytes) -> None:
-        self.sent_messages += 1
-
-    def close(self) -> None:
-        pass
 
 
 class TimedPolicy:

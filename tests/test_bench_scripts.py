@@ -59,3 +59,8 @@ def test_cpu_isolation_at_a_toy_size_measures_every_configuration():
     assert "run 1: alone: 100 requests" in out and "run 1: hog, posix: 100 requests" in out
     assert "run 1: hog, cgroups/cpu: 100 requests" in out or "hog, cgroups/cpu: skipped" in out
     assert "leftover processes after the kills: 0" in out
+
+
+def test_allocation_cycle_at_a_toy_size_makes_offers():
+    out = run_bench("allocation_cycle.py", "--agents", "200", "--frameworks", "20", "--rounds", "3")
+    assert "round    0:" in out and "200 offers" in out
