@@ -360,8 +360,8 @@ class RevocationPolicy(Component):
         """Choose the tasks to revoke for the ``starved`` frameworks.
 
         When it is called: on the master's event loop, when at least one framework
-        that wants offers (``set_needs_offers(True)``) is below its guarantee and has
-        launched nothing for ``master.revocation_delay`` seconds (checked about
+        that wants offers (``set_needs_offers(True)``) has been below its guarantee
+        without launching anything for ``master.revocation_delay`` seconds (checked about
         once a second while revocation is on). ``starved`` lists those frameworks;
         ``holders`` lists the other frameworks that run tasks that could be killed
         (on connected agents, not being killed already), with those tasks when the

@@ -137,6 +137,14 @@ def test_what_a_revoked_task_frees_is_held_for_the_starved_framework(master, ful
     assert master.refusals.agents_refused_by("A") == 0
 
 
+def test_a_framework_that_meets_its_guarantee_waits_the_whole_delay_once_below_it(master, full):
+    _, agent_conn, _, _ = full
+    starve(master, "A")  # A idles at twice its guarantee: not starved, and its wait starts over
+    assert master.revocation.check() == []
+    assert master.revocation.waiting_since["A"] == pytest.approx(master.now, abs=0.5)
+    assert kills(agent_conn) == []
+
+
 def test_a_launch_makes_the_framework_eligible_again(master, full):
     starve(master, "S")
     master.revocation.check()

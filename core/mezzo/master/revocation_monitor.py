@@ -8,10 +8,10 @@ it and does the killing. It runs only while ``master.revocation_delay`` is above
 About once a second (more often for short delays) the monitor checks every
 framework that wants offers and has a connected scheduler:
 
-- **Starved**: launched nothing for ``revocation_delay`` seconds (a launch restarts
-  the wait), and below its guarantee (:mod:`mezzo.guarantees`), counting what its
-  tasks and the executors they run in hold, and what is being revoked for it
-  already (not its offers, see below). Launches, not offers, because in a full cluster the
+- **Starved**: below its guarantee (:mod:`mezzo.guarantees`) and launched nothing
+  for ``revocation_delay`` seconds (a launch, or a check finding it meeting its
+  guarantee, restarts the wait). What it holds counts its tasks and the executors
+  they run in, and what is being revoked for it already (not its offers, see below). Launches, not offers, because in a full cluster the
   offers a framework still gets are leftovers it cannot use (memory without cpus),
   and declining them is exactly what starving looks like. The price: a framework
   that wants offers with nothing to run looks starved too (it should call
@@ -101,8 +101,9 @@ class RevocationMonitor(PeriodicCheck):
         self.interval = min(1.0, max(delay / 4, 0.05))
         """Seconds between checks: a starved framework waits at most this beyond ``delay``."""
         self.waiting_since: dict[str, float] = {}
-        """Per framework that wants offers: loop time of its last launch (or of when it
-        began to want offers, or of this monitor's start)."""
+        """Per framework that wants offers: loop time of its last launch, or of the
+        latest check that found it meeting its guarantee (or of when it began to want
+        offers, or of this monitor's start)."""
         self.served: set[str] = set()
         """Frameworks tasks were revoked for that have not launched anything since:
         not starved again until they do."""
@@ -169,7 +170,11 @@ class RevocationMonitor(PeriodicCheck):
             # Its offers do not count here: in a full cluster they are leftovers it
             # cannot use (memory without cpus), held for the moment it takes to decline.
             have = holding(master, record, offers=False) + coming.get(record.id, Resources())
-            if not meets_guarantee(have, guaranteed):
+            if meets_guarantee(have, guaranteed):
+                # The wait is for a framework *below* its guarantee: it starts over,
+                # so one that drops below later waits the whole delay from then on.
+                self.waiting_since[record.id] = now
+            else:
                 starved.append(Starved(record.id, shortfall(have, guaranteed), now - since))
         self.starved_now = starved
         for fid in [f for f in self.served if f not in master.frameworks]:
