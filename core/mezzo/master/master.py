@@ -352,7 +352,8 @@ class Master(FrameworkCalls, AgentCalls, TaskCalls):
             resources=offer.resources,
             attributes=agent.info.attributes or {},
             executor_ids=[eid for (fid, eid) in agent.executors if fid == framework.id],
-            long_task_room=offer_room(agent, offer.resources),
+            # Tested here, not in offer_room: this runs for every offer of every cycle.
+            long_task_room=None if agent.long_limit is None else offer_room(agent, offer.resources),
         )
 
     def _arm_timers(self) -> None:
