@@ -203,10 +203,11 @@ class CrashedAgent:
         self.cp.framework(FRAMEWORK)
         self.procs: list[subprocess.Popen] = []
 
-    def status(self, tid: str, state: str, *, acked: bool = True, executor_id: str | None = None) -> TaskStatus:
+    def status(self, tid: str, state: str, *, acked: bool = True, executor_id: str | None = None,
+               reason: str = "", message: str = "") -> TaskStatus:
         status = TaskStatus(task_id=tid, framework_id=FRAMEWORK.framework_id, state=getattr(TaskState, state),
                             uuid=uuid.uuid4().hex, source="agent", executor_id=executor_id or tid,
-                            agent_id="agent-1", timestamp=time.time())
+                            agent_id="agent-1", timestamp=time.time(), reason=reason, message=message)
         self.cp.update(status)
         if acked:
             self.cp.ack(FRAMEWORK.framework_id, tid, status.uuid)
@@ -313,6 +314,30 @@ def test_recovery_reports_each_task_by_what_became_of_its_process(tmp_path):
                 assert master.states("killing") == ["TASK_KILLED"]
                 await wait_until(lambda: not agent.tasks and not agent.frameworks, what="every task forgotten")
                 assert not agent.checkpoint.state.tasks and not agent.checkpoint.state.frameworks
+        finally:
+            crashed.cleanup()
+            await master.close()
+
+    run(main(), timeout=60)
+
+
+def test_a_revocation_under_way_keeps_its_reason_across_a_restart(tmp_path):
+    async def main():
+        master = await ScriptedMaster().start()
+        crashed = CrashedAgent(tmp_path / "work")
+        try:
+            crashed.command("revoked", "sleep 30")
+            why = ("revoked: framework F above its guarantee by cpus:1 (guaranteed cpus:1); "
+                   "revoked for framework G")
+            crashed.status("revoked", "TASK_KILLING", reason="revoked", message=why)
+            crashed.command("asked", "sleep 30", ("TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"))
+            crashed.crash()
+            async with running_agent(agent_config(tmp_path, master.address, kill_grace_period=0.3)):
+                final = await master.wait_final("revoked")
+                assert (name(final.state), final.reason) == ("TASK_KILLED", "revoked"), final
+                assert final.message.startswith(why + "; "), final.message
+                final = await master.wait_final("asked")  # its framework's own kill: no reason to keep
+                assert name(final.state) == "TASK_KILLED" and final.reason != "revoked", final
         finally:
             crashed.cleanup()
             await master.close()

@@ -320,6 +320,13 @@ class Agent:
                 runner.recover_task(t.info, t.launched)
             self.tasks[key] = TaskRecord(fid, t.info, runner)
             fw.task_ids.add(tid)
+            latest = t.latest
+            if not terminal and latest is not None and latest.state == TaskState.TASK_KILLING and latest.reason:
+                # A kill of the master's own (revocation) was under way: its end carries
+                # the same reason and message (a command task's TASK_KILLING has no message
+                # of its own, so that is the kill's). Its grace is not recorded; the
+                # agent's own applies.
+                self.kill_reasons[key] = (latest.reason, latest.message or "")
 
         for fid in list(state.frameworks):
             fw = self.frameworks.get(fid)
