@@ -281,8 +281,8 @@ class Starved:
     revoked for it already (scalars). Getting any one of these resources in full
     meets its guarantee (:mod:`mezzo.guarantees`). Never empty."""
     waiting_seconds: float
-    """How long it has wanted offers (``set_needs_offers(True)``) and launched
-    nothing; it is below its guarantee now."""
+    """How long it has wanted offers (``set_needs_offers(True)``) and been below its
+    guarantee without launching anything (as often as the master checks)."""
 
 
 @dataclass(frozen=True)
