@@ -48,8 +48,6 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from ..discovery import FixedAddress
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address
@@ -131,15 +129,17 @@ class ExecutorDriver(DriverLifecycle):
         self._executor_id = env["MEZZO_EXECUTOR_ID"]
         self._sandbox = pathlib.Path(env["MEZZO_SANDBOX"])
         self._linger = float(linger)
-        log = structlog.get_logger("mezzo.driver.executor").bind(
-            component="executor-driver", framework=self._framework_id, executor=self._executor_id
-        )
         super().__init__(
             FixedAddress(host, port),
             EXECUTOR,
             _FromAgent(self),
             reconnect_interval=reconnect_interval,
-            log=log,
+            logger="mezzo.driver.executor",
+            log_context={
+                "component": "executor-driver",
+                "framework": self._framework_id,
+                "executor": self._executor_id,
+            },
             recovery_timeout=recovery_timeout,
         )
         # Driver-thread state.

@@ -32,8 +32,10 @@ import collections
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import structlog
 
 from ..discovery import FixedAddress, LeaderAddress
 from ..errors import MezzoError
@@ -71,6 +73,8 @@ class DriverLifecycle:
 
     Subclasses implement :meth:`_connected`, :meth:`_disconnected`, and may
     override :meth:`_before_close`, :meth:`_after_close` and :meth:`_unreachable`.
+    The driver logs through structlog logger ``logger`` bound to ``log_context``
+    (the base class binds it, once the process's logging default is in place).
     """
 
     def __init__(
@@ -80,7 +84,8 @@ class DriverLifecycle:
         handler: Any,
         *,
         reconnect_interval: float,
-        log: Any,
+        logger: str,
+        log_context: Mapping[str, Any],
         recovery_timeout: float | None = None,
     ) -> None:
         if not reconnect_interval > 0:
@@ -90,8 +95,11 @@ class DriverLifecycle:
         self._handler = handler
         self._reconnect_interval = float(reconnect_interval)
         self._recovery_timeout = recovery_timeout
-        self._log = log
+        # get_runtime() first: it gives a process that never configured structlog the
+        # quiet default, and a logger bound before that would keep structlog's own
+        # default (every info line, on stdout) for the driver's whole life.
         self._runtime = get_runtime()
+        self._log = structlog.get_logger(logger).bind(**log_context)
         self._lock = threading.Lock()
         self._status = DriverStatus.NOT_STARTED
         self._done = threading.Event()

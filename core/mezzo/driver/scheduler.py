@@ -69,8 +69,6 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-import structlog
-
 from ..resources import InvalidResources, Resources
 from ..discovery import FixedAddress, LeaderAddress, peer_address
 from ..rpc import Connection
@@ -178,11 +176,13 @@ class SchedulerDriver(DriverLifecycle):
         if not self._framework.hostname:
             self._framework.hostname = socket.gethostname()
         self._implicit_acks = bool(implicit_acknowledgements)
-        log = structlog.get_logger("mezzo.driver.scheduler").bind(
-            component="scheduler-driver", framework=self._framework.name
-        )
         super().__init__(
-            target, SCHEDULER, _FromMaster(self), reconnect_interval=reconnect_interval, log=log
+            target,
+            SCHEDULER,
+            _FromMaster(self),
+            reconnect_interval=reconnect_interval,
+            logger="mezzo.driver.scheduler",
+            log_context={"component": "scheduler-driver", "framework": self._framework.name},
         )
         self._framework_id: str | None = self._framework.framework_id or None
         self._master_name = ""
