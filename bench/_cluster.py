@@ -88,9 +88,18 @@ class EmulatedCluster:
     """A master (or ``masters`` masters electing through ZooKeeper) plus ``agents``
     emulated agents of ``agent_resources`` each."""
 
-    def __init__(self, workdir: Path, agents: int, *, agent_resources: str = "cpus:2;mem:2048",
-                 per_connection: int = 10, master_toml: str = "", masters: int = 1,
-                 zk_session: float = 1.0, zk_tick_ms: int = 100) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        agents: int,
+        *,
+        agent_resources: str = "cpus:2;mem:2048",
+        per_connection: int = 10,
+        master_toml: str = "",
+        masters: int = 1,
+        zk_session: float = 1.0,
+        zk_tick_ms: int = 100,
+    ) -> None:
         self.workdir = workdir
         self.agent_count = agents
         self.agent_resources = agent_resources
@@ -100,8 +109,11 @@ class EmulatedCluster:
         self.zk: ZooKeeperServer | None = None
         if masters > 1:
             self.zk = ZooKeeperServer(workdir / "zk", tick_ms=zk_tick_ms)
-        self.master_addresses = {"master": f"127.0.0.1:{free_port()}"} if self.zk is None else {
-            f"master-{i}": f"127.0.0.1:{free_port()}" for i in range(1, masters + 1)}
+        self.master_addresses = (
+            {"master": f"127.0.0.1:{free_port()}"}
+            if self.zk is None
+            else {f"master-{i}": f"127.0.0.1:{free_port()}" for i in range(1, masters + 1)}
+        )
         self.address = self.master_addresses["master"] if self.zk is None else self.zk.url("/mezzo")
         """What the emulators are given: the master's address, or the ``zk://`` URL."""
         self.masters: dict[str, subprocess.Popen] = {}
@@ -135,8 +147,11 @@ class EmulatedCluster:
         toml = self.master_toml
         if self.zk is not None:
             line = f"zk_session_timeout = {self.zk_session}\n"
-            toml = toml.replace("[master]\n", "[master]\n" + line, 1) if "[master]\n" in toml \
+            toml = (
+                toml.replace("[master]\n", "[master]\n" + line, 1)
+                if "[master]\n" in toml
                 else toml + "[master]\n" + line
+            )
         config = self.workdir / "master.toml"
         config.write_text('[log]\nlevel = "warning"\n' + toml)
         self._config = config
@@ -152,8 +167,16 @@ class EmulatedCluster:
         """Start (or restart, after :meth:`kill_leader`) the master ``name``."""
         log = open(self.workdir / f"{name}.log", "ab")
         self._logs.append(log)
-        argv = [sys.executable, "-m", "mezzo.cli.main", "master", "--config", str(self._config),
-                "--listen", self.master_addresses[name]]
+        argv = [
+            sys.executable,
+            "-m",
+            "mezzo.cli.main",
+            "master",
+            "--config",
+            str(self._config),
+            "--listen",
+            self.master_addresses[name],
+        ]
         if self.zk is not None:
             argv += ["--zk", self.address]
         self.masters[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -168,7 +191,9 @@ class EmulatedCluster:
                 if proc is None or name in self.killed:
                     continue
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}")
+                    raise RuntimeError(
+                        f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}"
+                    )
                 try:
                     metrics = fetch_metrics(address, timeout=2)
                 except MasterUnreachable:
@@ -205,27 +230,71 @@ class EmulatedCluster:
         """Start the emulated agents; returns seconds until all registered."""
         started = time.monotonic()
         self.agents = Emulator(
-            [sys.executable, "-m", "mezzo.emulation", "agents", "--master", self.address,
-             "--count", str(self.agent_count), "--resources", self.agent_resources,
-             "--per-connection", str(self.per_connection), "--register-timeout", str(register_timeout),
-             "--report-every", str(report_every)],
-            self.workdir / "agents.log")
+            [
+                sys.executable,
+                "-m",
+                "mezzo.emulation",
+                "agents",
+                "--master",
+                self.address,
+                "--count",
+                str(self.agent_count),
+                "--resources",
+                self.agent_resources,
+                "--per-connection",
+                str(self.per_connection),
+                "--register-timeout",
+                str(register_timeout),
+                "--report-every",
+                str(report_every),
+            ],
+            self.workdir / "agents.log",
+        )
         self.agents.wait_first(register_timeout + 10, f"{self.agent_count} emulated agents")
         return time.monotonic() - started
 
-    def start_frameworks(self, count: int, *, task: str = "cpus:1;mem:1024", duration: float = 30.0,
-                         stddev: float = 10.0, processes: int = 1, seed: int = 1,
-                         extra: tuple[str, ...] = (), report_every: float = 1.0) -> None:
+    def start_frameworks(
+        self,
+        count: int,
+        *,
+        task: str = "cpus:1;mem:1024",
+        duration: float = 30.0,
+        stddev: float = 10.0,
+        processes: int = 1,
+        seed: int = 1,
+        extra: tuple[str, ...] = (),
+        report_every: float = 1.0,
+    ) -> None:
         """``count`` emulated frameworks over ``processes`` processes; returns once all registered."""
         per = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
         started = []
         for i, n in enumerate(per):
             em = Emulator(
-                [sys.executable, "-m", "mezzo.emulation", "frameworks", "--master", self.address,
-                 "--count", str(n), "--task", task, "--duration", str(duration), "--stddev", str(stddev),
-                 "--seed", str(seed + i), "--name-prefix", f"emulated{i}",
-                 "--report-every", str(report_every), *extra],
-                self.workdir / f"frameworks-{i}.log")
+                [
+                    sys.executable,
+                    "-m",
+                    "mezzo.emulation",
+                    "frameworks",
+                    "--master",
+                    self.address,
+                    "--count",
+                    str(n),
+                    "--task",
+                    task,
+                    "--duration",
+                    str(duration),
+                    "--stddev",
+                    str(stddev),
+                    "--seed",
+                    str(seed + i),
+                    "--name-prefix",
+                    f"emulated{i}",
+                    "--report-every",
+                    str(report_every),
+                    *extra,
+                ],
+                self.workdir / f"frameworks-{i}.log",
+            )
             started.append(em)
             self.frameworks.append(em)
         for em in started:
@@ -248,8 +317,7 @@ class EmulatedCluster:
 
     def first_offer_at(self) -> float | None:
         """``time.time()`` when the first emulated framework got its first offers."""
-        times = [em.latest.get("first_offer_at") for em in self.frameworks]
-        times = [t for t in times if t is not None]
+        times = [t for em in self.frameworks if (t := em.latest.get("first_offer_at")) is not None]
         return min(times) if times else None
 
     def wait_allocated(self, share: float, slots: int, timeout: float) -> float:
@@ -283,7 +351,9 @@ class EmulatedCluster:
                 raise RuntimeError(f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}")
         for em in [self.agents, *self.frameworks]:
             if em is not None and em.proc.poll() is not None:
-                raise RuntimeError(f"an emulator exited ({em.proc.returncode}); see the logs in {self.workdir}")
+                raise RuntimeError(
+                    f"an emulator exited ({em.proc.returncode}); see the logs in {self.workdir}"
+                )
 
     # -- stop --------------------------------------------------------------
 

@@ -15,7 +15,7 @@ class NullConnection:
         self.tag = None
         self.sent_bytes = 0
         self.sent_messages = 0
-        self._remotes = {}
+        self._remotes: dict[int, Remote] = {}
 
     def remote(self, schema):
         stub = self._remotes.get(id(schema))

@@ -16,9 +16,14 @@ BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 
 def write_section(heading: str, lines: list[str], path: Path = BENCHMARKS) -> None:
     """Replace (or append) the section titled ``heading`` with ``lines``."""
-    text = path.read_text() if path.exists() else (
-        "# Benchmarks\n\nFigures measured on this project's machine. Rerun the command of each "
-        "section to refresh it; prose under a table is written by hand.\n\n")
+    text = (
+        path.read_text()
+        if path.exists()
+        else (
+            "# Benchmarks\n\nFigures measured on this project's machine. Rerun the command of each "
+            "section to refresh it; prose under a table is written by hand.\n\n"
+        )
+    )
     body = "\n".join([heading, "", *lines]).rstrip("\n") + "\n"
     if heading in text:
         start = text.index(heading)

@@ -69,11 +69,14 @@ def receive(srv: socket.socket, warmup: float, window: float, out: list[float]) 
             elif start is not None:
                 total += len(data)
             if now - t0 >= warmup + window:
+                assert start is not None, "the window ended before the warm-up"
                 out.append(total * 8 / (now - start) / 1e6)
                 return
 
 
-async def measure(containerizer: Containerizer, work: str, mbps: float, warmup: float, window: float) -> float:
+async def measure(
+    containerizer: Containerizer, work: str, mbps: float, warmup: float, window: float
+) -> float:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", 0))
@@ -86,12 +89,21 @@ async def measure(containerizer: Containerizer, work: str, mbps: float, warmup: 
     sandbox = os.path.join(work, cid)
     os.makedirs(sandbox)
     resources = Resources(cpus=1, mem=128, net_mbps=mbps) if mbps else Resources(cpus=1, mem=128)
-    container = Container(container_id=cid, framework_id="bench", executor_id=cid, resources=resources,
-                          sandbox=sandbox, launch=ContainerLaunch(
-                              argv=[sys.executable, "-c", SENDER, str(srv.getsockname()[1])],
-                              env={"PATH": os.environ["PATH"]}, cwd=sandbox))
-    running = await containerizer.launch(container, stdout=os.path.join(sandbox, "out"),
-                                         stderr=os.path.join(sandbox, "err"))
+    container = Container(
+        container_id=cid,
+        framework_id="bench",
+        executor_id=cid,
+        resources=resources,
+        sandbox=sandbox,
+        launch=ContainerLaunch(
+            argv=[sys.executable, "-c", SENDER, str(srv.getsockname()[1])],
+            env={"PATH": os.environ["PATH"]},
+            cwd=sandbox,
+        ),
+    )
+    running = await containerizer.launch(
+        container, stdout=os.path.join(sandbox, "out"), stderr=os.path.join(sandbox, "err")
+    )
     try:
         await asyncio.to_thread(receiver.join, warmup + window + 20)
     finally:
@@ -108,14 +120,18 @@ async def run(args: argparse.Namespace) -> dict[float, list[float]]:
     results: dict[float, list[float]] = {r: [] for r in RATES}
     with tempfile.TemporaryDirectory(prefix="bandwidth-") as work:
         containerizer = Containerizer.from_config(
-            AgentConfig(isolation=["posix", "network/bandwidth"], work_dir=work), load_plugins())
+            AgentConfig(isolation=["posix", "network/bandwidth"], work_dir=work), load_plugins()
+        )
         await containerizer.recover([])
         try:
             for i in range(args.runs):
                 for mbps in RATES:
                     got = await measure(containerizer, work, mbps, args.warmup, args.window)
                     results[mbps].append(got)
-                    print(f"run {i + 1}: limit {mbps or 'none'} Mbit/s: {got:,.2f} Mbit/s of payload", flush=True)
+                    print(
+                        f"run {i + 1}: limit {mbps or 'none'} Mbit/s: {got:,.2f} Mbit/s of payload",
+                        flush=True,
+                    )
         finally:
             containerizer.close()
     return results
@@ -144,8 +160,10 @@ def main() -> None:
     for mbps, got in results.items():
         med = statistics.median(got)
         share = f"{med / mbps * 100:.1f} %" if mbps else "-"
-        lines.append(f"| {f'{mbps} Mbit/s' if mbps else 'none'} | {med:,.2f} Mbit/s | {share} | "
-                     f"{' / '.join(f'{x:,.2f}' for x in got)} |")
+        lines.append(
+            f"| {f'{mbps} Mbit/s' if mbps else 'none'} | {med:,.2f} Mbit/s | {share} | "
+            f"{' / '.join(f'{x:,.2f}' for x in got)} |"
+        )
     print("\n".join(lines))
     if not args.no_write:
         write_section("## Bandwidth limits: accuracy", lines)

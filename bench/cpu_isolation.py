@@ -127,13 +127,31 @@ class Pair(mezzo.Scheduler):
         for offer in offers:
             tasks = []
             if not self.launched:
-                tasks.append(TaskInfo(task_id="server", agent_id=offer.agent_id, resources=ONE_CPU,
-                                      command=CommandInfo(value=sys.executable, shell=False,
-                                                          arguments=["-c", SERVER, str(self.port), str(self.work)])))
+                tasks.append(
+                    TaskInfo(
+                        task_id="server",
+                        agent_id=offer.agent_id,
+                        resources=ONE_CPU,
+                        command=CommandInfo(
+                            value=sys.executable,
+                            shell=False,
+                            arguments=["-c", SERVER, str(self.port), str(self.work)],
+                        ),
+                    )
+                )
                 if self.hog_procs is not None:
-                    tasks.append(TaskInfo(task_id="hog", agent_id=offer.agent_id, resources=ONE_CPU,
-                                          command=CommandInfo(value=sys.executable, shell=False,
-                                                              arguments=["-c", HOG, HOG_MARK, str(self.hog_procs)])))
+                    tasks.append(
+                        TaskInfo(
+                            task_id="hog",
+                            agent_id=offer.agent_id,
+                            resources=ONE_CPU,
+                            command=CommandInfo(
+                                value=sys.executable,
+                                shell=False,
+                                arguments=["-c", HOG, HOG_MARK, str(self.hog_procs)],
+                            ),
+                        )
+                    )
                 if not Resources(cpus=len(tasks), mem=256 * len(tasks)).fits_in(offer.resources):
                     tasks = []
                 self.launched = [t.task_id for t in tasks]
@@ -150,13 +168,18 @@ class Pair(mezzo.Scheduler):
     def wait(self, predicate, timeout: float, what: str) -> None:
         with self.changed:
             if not self.changed.wait_for(lambda: predicate(self.states), timeout):
-                raise ClusterError(f"timed out waiting for {what}: "
-                                   f"{ {t: mezzo.state_name(s) for t, s in self.states.items()} }")
+                raise ClusterError(
+                    f"timed out waiting for {what}: "
+                    f"{ {t: mezzo.state_name(s) for t, s in self.states.items()} }"
+                )
 
     def failed(self) -> list[str]:
         with self.lock:
-            return [f"{t}: {mezzo.state_name(s)} {self.messages[t]}" for t, s in self.states.items()
-                    if mezzo.is_terminal(s)]
+            return [
+                f"{t}: {mezzo.state_name(s)} {self.messages[t]}"
+                for t, s in self.states.items()
+                if mezzo.is_terminal(s)
+            ]
 
 
 def processes_under(root: Path) -> dict[int, str]:
@@ -188,9 +211,11 @@ def connect(port: int, timeout: float) -> socket.socket:
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return s
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline:
-                raise ClusterError(f"the server did not listen on 127.0.0.1:{port} within {timeout:g} s")
+                raise ClusterError(
+                    f"the server did not listen on 127.0.0.1:{port} within {timeout:g} s"
+                ) from exc
             time.sleep(0.05)
 
 
@@ -216,12 +241,18 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def one_run(isolation: list[str], hog_procs: int | None, requests: int, settle: float,
-            work: float) -> tuple[dict, int]:
+def one_run(
+    isolation: list[str], hog_procs: int | None, requests: int, settle: float, work: float
+) -> tuple[dict, int]:
     """Latency figures of one run (seconds), and how many leftover processes had to be killed."""
     with tempfile.TemporaryDirectory(prefix="cpu-isolation-") as tmp:
-        cluster = LocalProcessCluster(1, directory=tmp, master={"allocation_interval": 0.05},
-                                      agent={"isolation": isolation}, agent_resources="cpus:2;mem:4096")
+        cluster = LocalProcessCluster(
+            1,
+            directory=tmp,
+            master={"allocation_interval": 0.05},
+            agent={"isolation": isolation},
+            agent_resources="cpus:2;mem:4096",
+        )
         with cluster:
             port = free_port()
             sched = Pair(port, hog_procs, work)
@@ -230,8 +261,11 @@ def one_run(isolation: list[str], hog_procs: int | None, requests: int, settle: 
             driver.start()
             leftovers = 0
             try:
-                sched.wait(lambda st: all(t in st and st[t] != mezzo.TaskState.TASK_STARTING for t in tasks),
-                           60, "the tasks to run")
+                sched.wait(
+                    lambda st: all(t in st and st[t] != mezzo.TaskState.TASK_STARTING for t in tasks),
+                    60,
+                    "the tasks to run",
+                )
                 if sched.failed():
                     raise ClusterError(f"a task ended early: {sched.failed()}")
                 sock = connect(port, 30)
@@ -251,7 +285,9 @@ def one_run(isolation: list[str], hog_procs: int | None, requests: int, settle: 
                     raise ClusterError(f"a task ended during the measurement: {sched.failed()}")
                 for t in tasks:
                     driver.kill_task(t)
-                sched.wait(lambda st: all(mezzo.is_terminal(st[t]) for t in tasks), 60, "the tasks to be killed")
+                sched.wait(
+                    lambda st: all(mezzo.is_terminal(st[t]) for t in tasks), 60, "the tasks to be killed"
+                )
                 # The agent kills each task's tree; anything still working in a sandbox a few seconds
                 # later (SIGKILLed spinners take a moment to be scheduled and die) is a leak.
                 deadline = time.monotonic() + 5
@@ -265,7 +301,11 @@ def one_run(isolation: list[str], hog_procs: int | None, requests: int, settle: 
                         pass
             finally:
                 driver.stop()
-    return {"median": statistics.median(took), "p90": percentile(took, 0.90), "p99": percentile(took, 0.99)}, leftovers
+    return {
+        "median": statistics.median(took),
+        "p90": percentile(took, 0.90),
+        "p99": percentile(took, 0.99),
+    }, leftovers
 
 
 def ms(x: float) -> str:
@@ -276,14 +316,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hog-procs", type=int, default=256, help="CPU spinners the hog forks (default 256)")
     p.add_argument("--requests", type=int, default=100, help="round trips per run (default 100)")
-    p.add_argument("--work-ms", type=float, default=2.0,
-                   help="CPU milliseconds the server spends on each request (default 2)")
+    p.add_argument(
+        "--work-ms",
+        type=float,
+        default=2.0,
+        help="CPU milliseconds the server spends on each request (default 2)",
+    )
     p.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
     p.add_argument("--settle", type=float, default=1.0, help="seconds between the hog starting and measuring")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    p.add_argument("--keep-autogroup", action="store_true",
-                   help="leave the kernel's session autogroups as they are (they isolate each container's "
-                        "session already, hiding what 'no isolation' costs)")
+    p.add_argument(
+        "--keep-autogroup",
+        action="store_true",
+        help="leave the kernel's session autogroups as they are (they isolate each container's "
+        "session already, hiding what 'no isolation' costs)",
+    )
     args = p.parse_args()
     mezzo.log.configure("warning")
     autogroup = _autogroup(None if args.keep_autogroup else "0")
@@ -327,13 +374,17 @@ def _main(args: argparse.Namespace, autogroup: str | None) -> None:
         for label, isolation, hog, why in configs:
             if why is not None:
                 continue
-            figures, left = one_run(isolation, args.hog_procs if hog else None, args.requests, args.settle,
-                                    args.work_ms / 1000)
+            figures, left = one_run(
+                isolation, args.hog_procs if hog else None, args.requests, args.settle, args.work_ms / 1000
+            )
             results[label].append(figures)
             leaks += left
-            print(f"run {run + 1}: {label}: {args.requests} requests, median {ms(figures['median'])}, "
-                  f"p90 {ms(figures['p90'])}, p99 {ms(figures['p99'])}"
-                  + (f"; killed {left} leftover processes" if left else ""), flush=True)
+            print(
+                f"run {run + 1}: {label}: {args.requests} requests, median {ms(figures['median'])}, "
+                f"p90 {ms(figures['p90'])}, p99 {ms(figures['p99'])}"
+                + (f"; killed {left} leftover processes" if left else ""),
+                flush=True,
+            )
     print(f"leftover processes after the kills: {leaks}")
 
     def med(label: str, key: str) -> float:
@@ -355,16 +406,18 @@ def _main(args: argparse.Namespace, autogroup: str | None) -> None:
         "| configuration | `agent.isolation` | median | p90 | p99 | median vs. alone | run medians |",
         "|---|---|---|---|---|---|---|",
     ]
-    for label, isolation, hog, why in configs:
+    for label, isolation, _hog, why in configs:
         iso = ", ".join(f"`{n}`" for n in isolation)
         if why is not None:
             lines.append(f"| {label} | {iso} | skipped: {why} | | | | |")
             continue
         m = med(label, "median")
         runs = [r["median"] for r in results[label]]
-        lines.append(f"| {label} | {iso} | {ms(m)} | {ms(med(label, 'p90'))} | {ms(med(label, 'p99'))} | "
-                     f"{(m / base - 1) * 100:+.0f} % | "
-                     f"{' / '.join(f'{x * 1000:.3f}' for x in runs)} |")
+        lines.append(
+            f"| {label} | {iso} | {ms(m)} | {ms(med(label, 'p90'))} | {ms(med(label, 'p99'))} | "
+            f"{(m / base - 1) * 100:+.0f} % | "
+            f"{' / '.join(f'{x * 1000:.3f}' for x in runs)} |"
+        )
     print("\n".join(lines))
     if not args.no_write:
         write_section("## CPU isolation: the paper's §6.7", lines)

@@ -45,36 +45,48 @@ def measure_point(agents: int, args: argparse.Namespace) -> dict:
         with EmulatedCluster(Path(tmp), agents, per_connection=args.per_connection) as cluster:
             # Frameworks first, so that DRF spreads the agents over all of them as they
             # register (the first framework up would otherwise take a whole idle cluster).
-            cluster.start_frameworks(args.frameworks, duration=args.task_mean, stddev=args.task_stddev,
-                                     processes=args.framework_processes)
+            cluster.start_frameworks(
+                args.frameworks,
+                duration=args.task_mean,
+                stddev=args.task_stddev,
+                processes=args.framework_processes,
+            )
             register_s = cluster.start_agents()
             slots = 2 * agents
             fill_s = cluster.wait_allocated(0.95, slots, timeout=args.fill_timeout)
-            print(f"  {agents:>6} agents registered in {register_s:.1f} s; 95 % busy {fill_s:.1f} s later",
-                  flush=True)
+            print(
+                f"  {agents:>6} agents registered in {register_s:.1f} s; 95 % busy {fill_s:.1f} s later",
+                flush=True,
+            )
             # Past the fill, let the first wave of task ends arrive: steady churn.
             time.sleep(args.settle)
             before = cluster.sample()
             busy = [cluster.running / slots]
             probes = []
             for i in range(args.runs):
-                probe = run_probe(cluster.address, "cpus:1;mem:1024", args.probe_seconds, timeout=120,
-                                  name=f"probe-{i}")
+                probe = run_probe(
+                    cluster.address, "cpus:1;mem:1024", args.probe_seconds, timeout=120, name=f"probe-{i}"
+                )
                 t = probe.times
                 if probe.outcome != "TASK_FINISHED":
                     raise RuntimeError(f"probe {i} ended {probe.outcome}")
-                probes.append({
-                    "extra": t["finished"] - t["started"] - args.probe_seconds,
-                    "register": t["registered"] - t["started"],
-                    "offer": t["offered"] - t["registered"],
-                    "start": t["running"] - t["offered"],
-                    "finish": t["finished"] - t["running"] - args.probe_seconds,
-                })
+                probes.append(
+                    {
+                        "extra": t["finished"] - t["started"] - args.probe_seconds,
+                        "register": t["registered"] - t["started"],
+                        "offer": t["offered"] - t["registered"],
+                        "start": t["running"] - t["offered"],
+                        "finish": t["finished"] - t["running"] - args.probe_seconds,
+                    }
+                )
                 busy.append(cluster.running / slots)
-                print(f"  {agents:>6} agents run {i + 1}: extra {probes[-1]['extra']:.3f} s "
-                      f"(register {probes[-1]['register']:.3f}, offer {probes[-1]['offer']:.3f}, "
-                      f"start {probes[-1]['start']:.3f}, finish {probes[-1]['finish']:.3f}); "
-                      f"{busy[-1]:.1%} busy", flush=True)
+                print(
+                    f"  {agents:>6} agents run {i + 1}: extra {probes[-1]['extra']:.3f} s "
+                    f"(register {probes[-1]['register']:.3f}, offer {probes[-1]['offer']:.3f}, "
+                    f"start {probes[-1]['start']:.3f}, finish {probes[-1]['finish']:.3f}); "
+                    f"{busy[-1]:.1%} busy",
+                    flush=True,
+                )
             after = cluster.sample()
             span = after.at - before.at
             counts = cluster.framework_counts()
@@ -105,20 +117,33 @@ def summarize(point: dict) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="1k and 5k agents, 3 runs, shorter settling")
-    p.add_argument("--agents", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                   help="comma-separated cluster sizes (default 1000,5000,10000,20000,50000)")
+    p.add_argument(
+        "--agents",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="comma-separated cluster sizes (default 1000,5000,10000,20000,50000)",
+    )
     p.add_argument("--runs", type=int, default=None, help="probe runs per size (default 5; quick 3)")
     p.add_argument("--frameworks", type=int, default=200)
-    p.add_argument("--framework-processes", type=int, default=1,
-                   help="processes the emulated frameworks are spread over")
+    p.add_argument(
+        "--framework-processes", type=int, default=1, help="processes the emulated frameworks are spread over"
+    )
     p.add_argument("--per-connection", type=int, default=10, help="emulated agents per connection")
     p.add_argument("--task-mean", type=float, default=30.0)
     p.add_argument("--task-stddev", type=float, default=10.0)
-    p.add_argument("--settle", type=float, default=None,
-                   help="seconds to wait after the cluster fills (default 30; quick 10)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds to wait after the cluster fills (default 30; quick 10)",
+    )
     p.add_argument("--fill-timeout", type=float, default=300.0)
-    p.add_argument("--probe-seconds", type=float, default=PROBE_SECONDS,
-                   help="the test framework's task length (the paper's: 10 s)")
+    p.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=PROBE_SECONDS,
+        help="the test framework's task length (the paper's: 10 s)",
+    )
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)
     mezzo.log.configure("warning")
@@ -131,10 +156,13 @@ def main(argv=None) -> int:
         print(f"{n} agents, {args.frameworks} frameworks:", flush=True)
         point = measure_point(n, args)
         s = summarize(point)
-        print(f"  median extra delay {s['median']:.3f} s (min {s['min']:.3f}, max {s['max']:.3f}); "
-              f"master {point['master_cpu']:.0%} CPU, {point['master_rss_mb']:.0f} MB, "
-              f"{point['msgs_in']:,.0f} msgs/s in, {point['msgs_out']:,.0f} out; "
-              f"{point['busy_mean']:.1%} busy (min {point['busy_min']:.1%})", flush=True)
+        print(
+            f"  median extra delay {s['median']:.3f} s (min {s['min']:.3f}, max {s['max']:.3f}); "
+            f"master {point['master_cpu']:.0%} CPU, {point['master_rss_mb']:.0f} MB, "
+            f"{point['msgs_in']:,.0f} msgs/s in, {point['msgs_out']:,.0f} out; "
+            f"{point['busy_mean']:.1%} busy (min {point['busy_min']:.1%})",
+            flush=True,
+        )
         points.append(point)
     if not args.no_write:
         write_results(args, points)
@@ -170,10 +198,13 @@ def write_results(args, points: list[dict]) -> None:
             f"| {pt['agents']:,} | {s['median']:.3f} s | {s['min']:.3f} s | {s['max']:.3f} s "
             f"| {med['register']:.3f} s | {med['offer']:.3f} s | {med['start']:.3f} s "
             f"| {pt['busy_mean']:.1%} / {pt['busy_min']:.1%} | {pt['master_cpu']:.0%} "
-            f"| {pt['master_rss_mb']:.0f} MB | {pt['msgs_in']:,.0f} | {pt['msgs_out']:,.0f} |")
+            f"| {pt['master_rss_mb']:.0f} MB | {pt['msgs_in']:,.0f} | {pt['msgs_out']:,.0f} |"
+        )
     lines.append("")
-    lines.append("Register, offer and start are the medians of the probe's steps: driver start to "
-                 "registered, registered to the offer its task went on, that offer to TASK_RUNNING.")
+    lines.append(
+        "Register, offer and start are the medians of the probe's steps: driver start to "
+        "registered, registered to the offer its task went on, that offer to TASK_RUNNING."
+    )
     if plotted:
         lines += ["", "![Fig. 10: extra delay of a 10 s task vs. cluster size](fig10.png)"]
     write_section("## Scalability: the paper's Fig. 10", lines)
@@ -186,8 +217,8 @@ def draw(points: list[dict], path: Path) -> bool:
         return False
     xs = [p["agents"] for p in points]
     meds = [summarize(p)["median"] for p in points]
-    lo = [m - summarize(p)["min"] for m, p in zip(meds, points)]
-    hi = [summarize(p)["max"] - m for m, p in zip(meds, points)]
+    lo = [m - summarize(p)["min"] for m, p in zip(meds, points, strict=True)]
+    hi = [summarize(p)["max"] - m for m, p in zip(meds, points, strict=True)]
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
     ax.errorbar(xs, meds, yerr=[lo, hi], marker="o", capsize=4, label="mezzo (this machine, 2 cores)")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="target / paper: 1 s")

@@ -76,8 +76,9 @@ def partitions(hosts: list[str], n: int) -> list[list[str]]:
     return [hosts[i::n] for i in range(n)]
 
 
-def make_frameworks(config: Config, run: int, hosts: list[str], address: str,
-                    args: argparse.Namespace) -> tuple[list[LocalityScheduler], list[mezzo.SchedulerDriver]]:
+def make_frameworks(
+    config: Config, run: int, hosts: list[str], address: str, args: argparse.Namespace
+) -> tuple[list[LocalityScheduler], list[mezzo.SchedulerDriver]]:
     """The 16 (``--frameworks``) schedulers and their drivers, not started yet. Seeds
     differ per framework and run, so runs place different blocks."""
     parts = partitions(hosts, args.frameworks) if config.static else [None] * args.frameworks
@@ -88,15 +89,18 @@ def make_frameworks(config: Config, run: int, hosts: list[str], address: str,
             JobStream(f"fw{i}", hosts, args.maps, args.replicas, seed=seed),
             DelayPolicy(config.delay),
             TaskDurations(args.task_mean, args.task_stddev, args.remote_factor, seed=seed),
-            per_task=mezzo.Resources(cpus=1, mem=1024), refuse_seconds=args.refuse_seconds,
-            partition=parts[i])
+            per_task=mezzo.Resources(cpus=1, mem=1024),
+            refuse_seconds=args.refuse_seconds,
+            partition=parts[i],
+        )
         schedulers.append(s)
         drivers.append(mezzo.SchedulerDriver(s, mezzo.FrameworkInfo(name=f"fw{i}"), address))
     return schedulers, drivers
 
 
-def run_until_measured(cluster: EmulatedCluster, config: Config, schedulers: list[LocalityScheduler],
-                       args: argparse.Namespace) -> list[float]:
+def run_until_measured(
+    cluster: EmulatedCluster, config: Config, schedulers: list[LocalityScheduler], args: argparse.Namespace
+) -> list[float]:
     """Wait until every framework has finished its warm-up and measured jobs; the share
     of slots busy, sampled every half second. Raises TimeoutError after ``--timeout``."""
     wanted = args.warmup_jobs + args.jobs
@@ -104,8 +108,10 @@ def run_until_measured(cluster: EmulatedCluster, config: Config, schedulers: lis
     busy = []
     while min(len(s.completed) for s in schedulers) < wanted:
         if time.monotonic() - started > args.timeout:
-            raise TimeoutError(f"{config.name}: jobs done per framework "
-                               f"{[len(s.completed) for s in schedulers]} after {args.timeout:g} s")
+            raise TimeoutError(
+                f"{config.name}: jobs done per framework "
+                f"{[len(s.completed) for s in schedulers]} after {args.timeout:g} s"
+            )
         cluster.check_alive()
         busy.append(cluster.running / (args.agents * args.cpus))
         time.sleep(0.5)
@@ -115,9 +121,12 @@ def run_until_measured(cluster: EmulatedCluster, config: Config, schedulers: lis
 def one_run(config: Config, run: int, args: argparse.Namespace) -> dict:
     """One configuration on a fresh cluster; the measured jobs' figures."""
     resources = f"cpus:{args.cpus};mem:{args.cpus * 1024}"
-    with tempfile.TemporaryDirectory(prefix="fig8-") as tmp, \
-            EmulatedCluster(Path(tmp), args.agents, agent_resources=resources,
-                            per_connection=args.per_connection) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="fig8-") as tmp,
+        EmulatedCluster(
+            Path(tmp), args.agents, agent_resources=resources, per_connection=args.per_connection
+        ) as cluster,
+    ):
         cluster.start_agents()
         hosts = sorted(a["hostname"] for a in fetch_state(cluster.address, timeout=30)["agents"])
         schedulers, drivers = make_frameworks(config, run, hosts, cluster.address, args)
@@ -134,7 +143,7 @@ def one_run(config: Config, run: int, args: argparse.Namespace) -> dict:
                 d.stop()
             for d in drivers:
                 d.join()
-    measured = [s.completed[args.warmup_jobs:args.warmup_jobs + args.jobs] for s in schedulers]
+    measured = [s.completed[args.warmup_jobs : args.warmup_jobs + args.jobs] for s in schedulers]
     jobs = [job for per in measured for job in per]
     local = sum(j.local_launches for j in jobs)
     remote = sum(j.remote_launches for j in jobs)
@@ -148,7 +157,7 @@ def one_run(config: Config, run: int, args: argparse.Namespace) -> dict:
         "job_seconds": [j.seconds for j in jobs],
         "seconds": elapsed,
         # The first fifth of the samples is the ramp-up from an idle cluster.
-        "busy_mean": statistics.fmean(busy[len(busy) // 5:]) if busy else 0.0,
+        "busy_mean": statistics.fmean(busy[len(busy) // 5 :]) if busy else 0.0,
         "offers": sum(s.offers for s in schedulers),
         "declined": sum(s.declined for s in schedulers),
         "lost": sum(s.lost for s in schedulers),
@@ -165,12 +174,14 @@ def locality_of(jobs: list) -> float:
 
 def describe(r: dict) -> str:
     jobs = r["job_seconds"]
-    return (f"{r['config']} run {r['run']}: locality {r['locality']:.1%} ({r['local']} node-local, "
-            f"{r['remote']} remote; worst framework {r['framework_locality_min']:.1%}), "
-            f"job time median {statistics.median(jobs):.1f} s over {len(jobs)} jobs; "
-            f"{r['busy_mean']:.0%} of slots busy; {r['offers']} offers, {r['declined']} declined; "
-            f"{r['lost']} maps re-run; {r['cycles_per_s']:.1f} allocation cycles/s, master {r['master_cpu']:.0%} CPU; "
-            f"{r['seconds']:.0f} s")
+    return (
+        f"{r['config']} run {r['run']}: locality {r['locality']:.1%} ({r['local']} node-local, "
+        f"{r['remote']} remote; worst framework {r['framework_locality_min']:.1%}), "
+        f"job time median {statistics.median(jobs):.1f} s over {len(jobs)} jobs; "
+        f"{r['busy_mean']:.0%} of slots busy; {r['offers']} offers, {r['declined']} declined; "
+        f"{r['lost']} maps re-run; {r['cycles_per_s']:.1f} allocation cycles/s, master {r['master_cpu']:.0%} CPU; "
+        f"{r['seconds']:.0f} s"
+    )
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -194,11 +205,19 @@ def main(argv=None) -> int:
     p.add_argument("--task-mean", type=float, default=3.0, help="mean seconds of a node-local map")
     p.add_argument("--task-stddev", type=float, default=1.0)
     p.add_argument("--remote-factor", type=float, default=2.0, help="how much longer a non-local map takes")
-    p.add_argument("--delays", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 1.0, 5.0],
-                   help="comma-separated delays (seconds) on the shared cluster")
+    p.add_argument(
+        "--delays",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[0.0, 1.0, 5.0],
+        help="comma-separated delays (seconds) on the shared cluster",
+    )
     p.add_argument("--no-static", action="store_true", help="skip the static-partitioning configuration")
-    p.add_argument("--refuse-seconds", type=float, default=None,
-                   help="refuse filter of declines (default: the framework's, the delay within 0.5-1 s)")
+    p.add_argument(
+        "--refuse-seconds",
+        type=float,
+        default=None,
+        help="refuse filter of declines (default: the framework's, the delay within 0.5-1 s)",
+    )
     p.add_argument("--runs", type=int, default=2, help="fresh clusters per configuration")
     p.add_argument("--per-connection", type=int, default=10, help="emulated agents per connection")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
@@ -215,14 +234,21 @@ def main(argv=None) -> int:
             print(describe(r), flush=True)
     for name, runs in results.items():
         s = summarize(runs)
-        print(f"{name}: locality median {s['locality']:.1%} (runs: "
-              f"{', '.join(f'{x:.1%}' for x in s['localities'])}), job time median {s['job_seconds']:.1f} s "
-              f"over {s['jobs']} jobs", flush=True)
+        print(
+            f"{name}: locality median {s['locality']:.1%} (runs: "
+            f"{', '.join(f'{x:.1%}' for x in s['localities'])}), job time median {s['job_seconds']:.1f} s "
+            f"over {s['jobs']} jobs",
+            flush=True,
+        )
     if not args.no_write:
         write_results(args, results)
     else:
-        print(json.dumps({k: [{**r, "job_seconds": len(r["job_seconds"])} for r in v] for k, v in results.items()},
-                         default=float))
+        print(
+            json.dumps(
+                {k: [{**r, "job_seconds": len(r["job_seconds"])} for r in v] for k, v in results.items()},
+                default=float,
+            )
+        )
     return 0
 
 
@@ -230,8 +256,11 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
     plot = ROOT / "docs" / "fig8.png"
     plotted = draw(results, plot)
     slots = args.agents * args.cpus
-    refuse = (f"{args.refuse_seconds:g} s" if args.refuse_seconds is not None
-              else "the delay clamped to 0.5-1 s (the framework's default)")
+    refuse = (
+        f"{args.refuse_seconds:g} s"
+        if args.refuse_seconds is not None
+        else "the delay clamped to 0.5-1 s (the framework's default)"
+    )
     intro = (
         f"`python bench/fig8.py` ({time.strftime('%Y-%m-%d')}, {machine()}; master, {args.agents} emulated "
         f"agents and {args.frameworks} frameworks on this one machine). Paper §6.3: {args.frameworks} instances of "
@@ -245,7 +274,8 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
         f"measured ones; {args.runs} runs per configuration, each on a fresh cluster. Locality: share of "
         "the measured maps launched on an agent holding their block (median of the runs); job time: "
         f"submission to the last map's end (median of all measured jobs). Declines refuse the agent for "
-        f"{refuse}. Target: ≥ 95 % locality at 1 s.")
+        f"{refuse}. Target: ≥ 95 % locality at 1 s."
+    )
     lines = [
         intro,
         "",
@@ -254,8 +284,10 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
     ]
     for name, runs in results.items():
         s = summarize(runs)
-        lines.append(f"| {name} | {s['locality']:.1%} | {s['job_seconds']:.1f} s "
-                     f"| {', '.join(f'{x:.1%}' for x in s['localities'])} | {s['jobs']} | {PAPER.get(name, '')} |")
+        lines.append(
+            f"| {name} | {s['locality']:.1%} | {s['job_seconds']:.1f} s "
+            f"| {', '.join(f'{x:.1%}' for x in s['localities'])} | {s['jobs']} | {PAPER.get(name, '')} |"
+        )
     if plotted:
         lines += ["", "![Fig. 8: data locality and job running time per configuration](fig8.png)"]
     write_section("## Data locality with delay scheduling: the paper's Fig. 8", lines)
@@ -272,7 +304,7 @@ def draw(results: dict[str, list[dict]], path: Path) -> bool:
     xs = range(len(names))
     left.bar(xs, [100 * s["locality"] for s in sums], color="tab:blue")
     paper = {"static": 18, "5 s delay": 95}
-    for x, n in zip(xs, names):
+    for x, n in zip(xs, names, strict=True):
         if n in paper:
             left.plot([x - 0.4, x + 0.4], [paper[n]] * 2, color="black", linestyle="--", linewidth=1)
     left.set_ylim(0, 100)

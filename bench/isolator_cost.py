@@ -65,12 +65,18 @@ async def one(containerizer: Containerizer, work: str) -> tuple[float, float, fl
     cid = uuid.uuid4().hex
     sandbox = os.path.join(work, cid)
     os.makedirs(sandbox)
-    container = Container(container_id=cid, framework_id="bench", executor_id=cid,
-                          resources=Resources(cpus=1, mem=64), sandbox=sandbox,
-                          launch=ContainerLaunch(argv=["/bin/true"], env={"PATH": os.environ["PATH"]}, cwd=sandbox))
+    container = Container(
+        container_id=cid,
+        framework_id="bench",
+        executor_id=cid,
+        resources=Resources(cpus=1, mem=64),
+        sandbox=sandbox,
+        launch=ContainerLaunch(argv=["/bin/true"], env={"PATH": os.environ["PATH"]}, cwd=sandbox),
+    )
     began = started = time.perf_counter()
-    running = await containerizer.launch(container, stdout=os.path.join(sandbox, "stdout"),
-                                         stderr=os.path.join(sandbox, "stderr"))
+    running = await containerizer.launch(
+        container, stdout=os.path.join(sandbox, "stdout"), stderr=os.path.join(sandbox, "stderr")
+    )
     setup = time.perf_counter() - started
     await running.wait()
     running.kill()
@@ -99,7 +105,7 @@ async def measure(containers: int) -> tuple[dict[str, tuple[list[float], ...]], 
         times: dict[str, tuple[list[float], ...]] = {label: ([], [], []) for label in built}
         for _ in range(containers):
             for label, c in built.items():
-                for series, value in zip(times[label], await one(c, work)):
+                for series, value in zip(times[label], await one(c, work), strict=True):
                     series.append(value)
         for c in built.values():
             c.close()
@@ -125,11 +131,15 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     for label, (setup, teardown, whole) in times.items():
+
         def fmt(xs: list[float]) -> str:
             q = statistics.quantiles(xs, n=10)[-1] if len(xs) >= 2 else xs[0]
             return f"{statistics.median(xs) * 1000:.1f} ms ({q * 1000:.1f})"
-        lines.append(f"| {', '.join(f'`{n}`' for n in label.split(' + '))} | {fmt(setup)} | {fmt(teardown)} "
-                     f"| {fmt(whole)} |")
+
+        lines.append(
+            f"| {', '.join(f'`{n}`' for n in label.split(' + '))} | {fmt(setup)} | {fmt(teardown)} "
+            f"| {fmt(whole)} |"
+        )
     for label, why in skipped.items():
         lines.append(f"| {', '.join(f'`{n}`' for n in label.split(' + '))} | skipped: {why} | | |")
     print("\n".join(lines))

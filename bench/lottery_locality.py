@@ -96,8 +96,15 @@ class PreferringScheduler(mezzo.Scheduler):
     the lock).
     """
 
-    def __init__(self, name: str, preferred: frozenset[str], duration: tuple[float, float], seed: int,
-                 refuse_seconds: float, whitelist: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        preferred: frozenset[str],
+        duration: tuple[float, float],
+        seed: int,
+        refuse_seconds: float,
+        whitelist: bool,
+    ) -> None:
         self.name = name
         self.preferred = preferred
         self.duration = duration
@@ -129,7 +136,11 @@ class PreferringScheduler(mezzo.Scheduler):
             with self.lock:
                 self._held[task_id] = Interval(time.monotonic())
             # Nothing is left of a one-slot agent; refuse 0 so a leftover never sticks.
-            driver.launch_tasks(offer.offer_id, [emulated_task(task_id, offer.agent_id, SLOT_RESOURCES, seconds)], Filters(refuse_seconds=0))
+            driver.launch_tasks(
+                offer.offer_id,
+                [emulated_task(task_id, offer.agent_id, SLOT_RESOURCES, seconds)],
+                Filters(refuse_seconds=0),
+            )
 
     def status_update(self, driver, status):
         if not mezzo.is_terminal(status.state):
@@ -197,11 +208,21 @@ def master_toml(allocator: str, setup: Setup, seed: int) -> str:
     ``lottery`` takes ``weights = { frameworks = ... }``; ``drf`` takes ``frameworks``
     straight in its table (the two plugins' documented shapes).
     """
-    table = ", ".join(f'"{n}" = {w:g}' for n, w in zip(setup.names, setup.weights))
-    lines = ["[master]", f"allocation_interval = {setup.allocation_interval:g}", "",
-             "[master.allocator]", f'name = "{allocator.split("-")[0]}"', ""]
+    table = ", ".join(f'"{n}" = {w:g}' for n, w in zip(setup.names, setup.weights, strict=True))
+    lines = [
+        "[master]",
+        f"allocation_interval = {setup.allocation_interval:g}",
+        "",
+        "[master.allocator]",
+        f'name = "{allocator.split("-")[0]}"',
+        "",
+    ]
     if allocator == "lottery":
-        lines += ["[master.allocator.lottery]", f"seed = {seed}", f"weights = {{ frameworks = {{ {table} }} }}"]
+        lines += [
+            "[master.allocator.lottery]",
+            f"seed = {seed}",
+            f"weights = {{ frameworks = {{ {table} }} }}",
+        ]
     elif allocator == "lottery-unweighted":
         lines += ["[master.allocator.lottery]", f"seed = {seed}"]
     elif allocator == "drf":
@@ -215,12 +236,19 @@ def one_run(allocator: str, seed: int, setup: Setup) -> RunResult:
     """A fresh master with ``allocator``, the agents and the frameworks; the shares held
     over the window that follows ``setup.warmup`` seconds of the agents being up."""
     preferred = frozenset(f"emulated-{i}" for i in range(setup.preferred))  # the pool's hostnames
-    scheds = [PreferringScheduler(n, preferred, setup.duration, seed * 1000 + k, setup.refuse,
-                                  setup.prefer == "whitelist") for k, n in enumerate(setup.names)]
+    scheds = [
+        PreferringScheduler(
+            n, preferred, setup.duration, seed * 1000 + k, setup.refuse, setup.prefer == "whitelist"
+        )
+        for k, n in enumerate(setup.names)
+    ]
     toml = master_toml(allocator, setup, seed)
-    with tempfile.TemporaryDirectory(prefix=f"locality-{allocator}-") as tmp, \
-            EmulatedCluster(Path(tmp), setup.preferred + setup.others, agent_resources=SLOT,
-                            master_toml=toml) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"locality-{allocator}-") as tmp,
+        EmulatedCluster(
+            Path(tmp), setup.preferred + setup.others, agent_resources=SLOT, master_toml=toml
+        ) as cluster,
+    ):
         drivers = [mezzo.SchedulerDriver(s, FrameworkInfo(name=s.name), cluster.address) for s in scheds]
         try:
             for d in drivers:
@@ -241,9 +269,16 @@ def one_run(allocator: str, seed: int, setup: Setup) -> RunResult:
     held = {s.name: s.intervals() for s in scheds}
     shares = {n: held_share(ivs, start, end, setup.preferred) for n, ivs in held.items()}
     won = {n: sum(start <= i.start < end for i in ivs) for n, ivs in held.items()}
-    return RunResult(allocator, seed, shares, sum(shares.values()), won,
-                     tasks=sum(won.values()), declined=sum(s.declined for s in scheds),
-                     failed=sum(s.failed for s in scheds))
+    return RunResult(
+        allocator,
+        seed,
+        shares,
+        sum(shares.values()),
+        won,
+        tasks=sum(won.values()),
+        declined=sum(s.declined for s in scheds),
+        failed=sum(s.failed for s in scheds),
+    )
 
 
 # -- summaries ----------------------------------------------------------------
@@ -252,7 +287,7 @@ def one_run(allocator: str, seed: int, setup: Setup) -> RunResult:
 def targets(allocator: str, setup: Setup) -> dict[str, float]:
     """The share each framework should get: weight / Σ weights (equal without weights)."""
     ws = weights_of(allocator, setup)
-    return {n: w / sum(ws) for n, w in zip(setup.names, ws)}
+    return {n: w / sum(ws) for n, w in zip(setup.names, ws, strict=True)}
 
 
 def weights_of(allocator: str, setup: Setup) -> list[float]:
@@ -270,17 +305,23 @@ def max_deviation(shares: dict[str, float], target: dict[str, float]) -> float:
 def report_run(i: int, r: RunResult, setup: Setup) -> None:
     t = targets(r.allocator, setup)
     each = ", ".join(f"{n} {r.shares[n]:.3f} (target {t[n]:.3f}, won {r.won[n]})" for n in setup.names)
-    print(f"{r.allocator} run {i + 1} seed {r.seed}: {each}; P held {r.held:.1%}; "
-          f"max deviation {max_deviation(r.shares, t):.3f}; {r.tasks} tasks in the window, {r.declined} declined, "
-          f"{r.failed} failed", flush=True)
+    print(
+        f"{r.allocator} run {i + 1} seed {r.seed}: {each}; P held {r.held:.1%}; "
+        f"max deviation {max_deviation(r.shares, t):.3f}; {r.tasks} tasks in the window, {r.declined} declined, "
+        f"{r.failed} failed",
+        flush=True,
+    )
 
 
 def report_summary(results: dict[str, list[RunResult]], setup: Setup) -> None:
     for allocator, runs in results.items():
         t, med = targets(allocator, setup), medians(runs)
         each = ", ".join(f"{n} {med[n]:.3f}" for n in setup.names)
-        print(f"{allocator} median of {len(runs)}: {each}; max deviation from weight/sum "
-              f"{max_deviation(med, t):.3f}; P held {statistics.median(r.held for r in runs):.1%}", flush=True)
+        print(
+            f"{allocator} median of {len(runs)}: {each}; max deviation from weight/sum "
+            f"{max_deviation(med, t):.3f}; P held {statistics.median(r.held for r in runs):.1%}",
+            flush=True,
+        )
 
 
 # -- docs ---------------------------------------------------------------------
@@ -294,44 +335,54 @@ def write_results(args: argparse.Namespace, setup: Setup, results: dict[str, lis
 
 def table_lines(args, setup: Setup, results: dict[str, list[RunResult]], plotted: bool) -> list[str]:
     lo, hi = setup.duration
-    how = ("declines every offer outside P with `refuse_seconds = "
-           f"{setup.refuse:g}`, so the master is never told which agents it prefers"
-           if setup.prefer == "decline" else
-           "installs a persistent agent whitelist of P (`set_filters`), so the master offers it nothing else")
+    how = (
+        "declines every offer outside P with `refuse_seconds = "
+        f"{setup.refuse:g}`, so the master is never told which agents it prefers"
+        if setup.prefer == "decline"
+        else "installs a persistent agent whitelist of P (`set_filters`), so the master offers it nothing else"
+    )
     lines = [
-        (f"`{command(args)}` ({time.strftime('%Y-%m-%d')}, {machine()}; master, emulated agents and the "
-        f"frameworks on this one machine). {len(setup.names)} frameworks of weights "
-        f"{' : '.join(f'{w:g}' for w in setup.weights)} (by name in the allocator's weights table) all prefer the "
-        f"same {setup.preferred} agents P of {setup.preferred + setup.others} (one task slot each) and always "
-        f"have work: each launches a task of Uniform({lo:g} s, {hi:g} s) on every offer of P and {how}. "
-        f"*Share* is the time-average share of P's slots a framework held (its tasks' launch to terminal "
-        f"update) over a {setup.window:g} s window after {setup.warmup:g} s of warm-up; target = weight / "
-        f"Σ weights (paper §4.3). `allocation_interval = {setup.allocation_interval:g}`. Medians of "
-        f"{args.runs} runs per allocator, each on a fresh cluster, allocators interleaved."),
+        (
+            f"`{command(args)}` ({time.strftime('%Y-%m-%d')}, {machine()}; master, emulated agents and the "
+            f"frameworks on this one machine). {len(setup.names)} frameworks of weights "
+            f"{' : '.join(f'{w:g}' for w in setup.weights)} (by name in the allocator's weights table) all prefer the "
+            f"same {setup.preferred} agents P of {setup.preferred + setup.others} (one task slot each) and always "
+            f"have work: each launches a task of Uniform({lo:g} s, {hi:g} s) on every offer of P and {how}. "
+            f"*Share* is the time-average share of P's slots a framework held (its tasks' launch to terminal "
+            f"update) over a {setup.window:g} s window after {setup.warmup:g} s of warm-up; target = weight / "
+            f"Σ weights (paper §4.3). `allocation_interval = {setup.allocation_interval:g}`. Medians of "
+            f"{args.runs} runs per allocator, each on a fresh cluster, allocators interleaved."
+        ),
         "",
         "| allocator | framework | weight | target share | measured share (median) | runs |",
         "|---|---|---|---|---|---|",
     ]
     for allocator, runs in results.items():
         t, med = targets(allocator, setup), medians(runs)
-        for n, w in zip(setup.names, weights_of(allocator, setup)):
+        for n, w in zip(setup.names, weights_of(allocator, setup), strict=True):
             label = f"{w:g}" if allocator != "lottery-unweighted" else "none (1)"
             each = " / ".join(f"{r.shares[n]:.3f}" for r in runs)
             lines.append(f"| `{allocator}` | {n} | {label} | {t[n]:.3f} | {med[n]:.3f} | {each} |")
     lines.append("")
-    lines.append("| allocator | max \\|median − target\\| | per run | P held (median) "
-                 "| tasks launched in the window (median) |")
+    lines.append(
+        "| allocator | max \\|median − target\\| | per run | P held (median) "
+        "| tasks launched in the window (median) |"
+    )
     lines.append("|---|---|---|---|---|")
     for allocator, runs in results.items():
         t, med = targets(allocator, setup), medians(runs)
         per = " / ".join(f"{max_deviation(r.shares, t):.3f}" for r in runs)
-        lines.append(f"| `{allocator}` | {max_deviation(med, t):.3f} "
-                     f"| {per} | {statistics.median(r.held for r in runs):.1%} "
-                     f"| {statistics.median(r.tasks for r in runs):,.0f} |")
+        lines.append(
+            f"| `{allocator}` | {max_deviation(med, t):.3f} "
+            f"| {per} | {statistics.median(r.held for r in runs):.1%} "
+            f"| {statistics.median(r.tasks for r in runs):,.0f} |"
+        )
     lines.append("")
-    lines.append("*P held*: the frameworks' shares added up. A slot counts from its task's launch to the "
-                 "terminal update reaching the scheduler, which arrives after the master has freed the "
-                 "slot, so this is about 100 % whenever freed slots are taken again at once.")
+    lines.append(
+        "*P held*: the frameworks' shares added up. A slot counts from its task's launch to the "
+        "terminal update reaching the scheduler, which arrives after the master has freed the "
+        "slot, so this is about 100 % whenever freed slots are taken again at once."
+    )
     if plotted:
         lines += ["", f"![Placement preferences: share of the preferred agents per framework]({PLOT})"]
     return lines
@@ -345,17 +396,21 @@ def reading_lines(setup: Setup, results: dict[str, list[RunResult]]) -> list[str
     for allocator, runs in results.items():
         t, med = targets(allocator, setup), medians(runs)
         worst = max(t, key=lambda n: abs(med[n] - t[n]))
-        spread[allocator] = max(max(r.shares[n] for r in runs) - min(r.shares[n] for r in runs)
-                                for n in setup.names)
-        lines.append(f"- **`{allocator}`**: medians within {max_deviation(med, t):.3f} of the targets "
-                     f"(largest gap: {worst}, {med[worst]:.3f} against {t[worst]:.3f}); one framework's "
-                     f"share differed by up to {spread[allocator]:.3f} between runs.")
+        spread[allocator] = max(
+            max(r.shares[n] for r in runs) - min(r.shares[n] for r in runs) for n in setup.names
+        )
+        lines.append(
+            f"- **`{allocator}`**: medians within {max_deviation(med, t):.3f} of the targets "
+            f"(largest gap: {worst}, {med[worst]:.3f} against {t[worst]:.3f}); one framework's "
+            f"share differed by up to {spread[allocator]:.3f} between runs."
+        )
     lines.append(
         "- **The lottery.** Every framework accepts every agent of P, so each freed slot of P is drawn "
         "among all of them, framework *i* winning with probability wᵢ / Σ w whatever it already holds. "
         f"A run's share is therefore close to the fraction of the "
         f"{statistics.median(r.tasks for rs in results.values() for r in rs):,.0f} draws of its window "
-        "(median) that it won, and scatters around the target by binomial noise.")
+        "(median) that it won, and scatters around the target by binomial noise."
+    )
     drf_note = (
         "- **DRF.** Each freed agent goes to the framework with the lowest dominant share / weight "
         "among those that may take it. Here every framework wants every agent of P and runs nothing "
@@ -363,22 +418,28 @@ def reading_lines(setup: Setup, results: dict[str, list[RunResult]]) -> list[str
         "the holdings back toward weight-proportional, and DRF needs no knowledge of the preferences "
         "either in this setting. It would differ if a framework also ran tasks outside P (they count "
         "in its dominant share) or if frameworks preferred different agents. An offer outside P "
-        "counts toward its framework's share until it is declined.")
+        "counts toward its framework's share until it is declined."
+    )
     lines.append(drf_note)
     if "drf" in spread and "lottery" in spread:
-        lines.append(f"- Largest run-to-run difference of one framework's share: `drf` {spread['drf']:.3f}, "
-                     f"`lottery` {spread['lottery']:.3f}.")
+        lines.append(
+            f"- Largest run-to-run difference of one framework's share: `drf` {spread['drf']:.3f}, "
+            f"`lottery` {spread['lottery']:.3f}."
+        )
     if "lottery-unweighted" in results:
         med = medians(results["lottery-unweighted"])
-        weighted = {n: w / sum(setup.weights) for n, w in zip(setup.names, setup.weights)}
+        weighted = {n: w / sum(setup.weights) for n, w in zip(setup.names, setup.weights, strict=True)}
         lines.append(
             f"- **Without weights** the lottery's medians are {max_deviation(med, weighted):.3f} from the "
             f"weighted targets at worst: the frameworks demand the same, and the split of P follows the "
-            f"configured weights, not demand.")
+            f"configured weights, not demand."
+        )
     declined = statistics.median(r.declined for rs in results.values() for r in rs)
     ok = all(r.failed == 0 for rs in results.values() for r in rs)
-    lines.append(f"- Offers outside P declined per run (all frameworks together, median): {declined:,.0f}. "
-                 + ("No task failed." if ok else "**Some tasks failed** (see the script's output)."))
+    lines.append(
+        f"- Offers outside P declined per run (all frameworks together, median): {declined:,.0f}. "
+        + ("No task failed." if ok else "**Some tasks failed** (see the script's output).")
+    )
     return lines
 
 
@@ -405,14 +466,21 @@ def draw(results: dict[str, list[RunResult]], setup: Setup, path: Path) -> bool:
     for k, (allocator, runs) in enumerate(results.items()):
         med = medians(runs)
         ys = [med[n] for n in setup.names]
-        lo = [y - min(r.shares[n] for r in runs) for y, n in zip(ys, setup.names)]
-        hi = [max(r.shares[n] for r in runs) - y for y, n in zip(ys, setup.names)]
+        lo = [y - min(r.shares[n] for r in runs) for y, n in zip(ys, setup.names, strict=True)]
+        hi = [max(r.shares[n] for r in runs) - y for y, n in zip(ys, setup.names, strict=True)]
         pos = [x - 0.4 + width * (k + 0.5) for x in xs]
         ax.bar(pos, ys, width, yerr=[lo, hi], capsize=3, ecolor="dimgray", label=allocator)
         t = targets(allocator, setup)
-        ax.scatter(pos, [t[n] for n in setup.names], marker="D", s=18, color="crimson", zorder=3,
-                   label="target (weight / Σ)" if k == 0 else None)
-    ax.set_xticks(list(xs), [f"{n} (w={w:g})" for n, w in zip(setup.names, setup.weights)])
+        ax.scatter(
+            pos,
+            [t[n] for n in setup.names],
+            marker="D",
+            s=18,
+            color="crimson",
+            zorder=3,
+            label="target (weight / Σ)" if k == 0 else None,
+        )
+    ax.set_xticks(list(xs), [f"{n} (w={w:g})" for n, w in zip(setup.names, setup.weights, strict=True)])
     ax.set_ylabel("share of P's slots held")
     ax.set_ylim(0, max(0.6, max(max(r.shares.values()) for rs in results.values() for r in rs) + 0.05))
     ax.grid(axis="y", alpha=0.3)
@@ -433,8 +501,9 @@ def pair(text: str) -> tuple[float, float]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--allocators", default=",".join(ALLOCATORS),
-                   help="comma-separated, from: " + ", ".join(ALLOCATORS))
+    p.add_argument(
+        "--allocators", default=",".join(ALLOCATORS), help="comma-separated, from: " + ", ".join(ALLOCATORS)
+    )
     p.add_argument("--weights", default="1,2,3", help="one weight per framework, comma-separated")
     p.add_argument("--preferred", type=int, default=48, help="agents in P (one slot each)")
     p.add_argument("--others", type=int, default=16, help="agents outside P, which nobody wants")
@@ -443,8 +512,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=float, default=25.0)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=1, help="run i uses seed + i")
-    p.add_argument("--prefer", choices=("decline", "whitelist"), default="decline",
-                   help="how a framework turns down agents outside P")
+    p.add_argument(
+        "--prefer",
+        choices=("decline", "whitelist"),
+        default="decline",
+        help="how a framework turns down agents outside P",
+    )
     p.add_argument("--refuse", type=float, default=1.0, help="refuse_seconds of a decline")
     p.add_argument("--allocation-interval", type=float, default=0.1)
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
@@ -458,10 +531,18 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     mezzo.log.configure("warning")
     weights = [float(w) for w in args.weights.split(",")]
-    setup = Setup(names=[f"fw{k + 1}" for k in range(len(weights))], weights=weights,
-                  preferred=args.preferred, others=args.others, duration=args.duration, warmup=args.warmup,
-                  window=args.window, prefer=args.prefer, refuse=args.refuse,
-                  allocation_interval=args.allocation_interval)
+    setup = Setup(
+        names=[f"fw{k + 1}" for k in range(len(weights))],
+        weights=weights,
+        preferred=args.preferred,
+        others=args.others,
+        duration=args.duration,
+        warmup=args.warmup,
+        window=args.window,
+        prefer=args.prefer,
+        refuse=args.refuse,
+        allocation_interval=args.allocation_interval,
+    )
     allocators = args.allocators.split(",")
     results: dict[str, list[RunResult]] = {a: [] for a in allocators}
     for i in range(args.runs):

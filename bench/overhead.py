@@ -41,6 +41,7 @@ from _report import write_section
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.testing import ClusterError, LocalProcessCluster
 
+
 def calibrate(seconds: float) -> int:
     """Loop iterations that take about ``seconds`` of CPU in a fresh interpreter."""
     n = 2_000_000
@@ -117,8 +118,14 @@ class Job(mezzo.Scheduler):
             while self.launched < self.tasks and one.fits_in(room):
                 room = room - one
                 self.launched += 1
-                batch.append(TaskInfo(task_id=f"t{self.launched}", agent_id=offer.agent_id, resources=one,
-                                      command=CommandInfo(value=shlex.join(task_argv(self.loops)))))
+                batch.append(
+                    TaskInfo(
+                        task_id=f"t{self.launched}",
+                        agent_id=offer.agent_id,
+                        resources=one,
+                        command=CommandInfo(value=shlex.join(task_argv(self.loops))),
+                    )
+                )
             if batch and self.started is None:
                 self.started = time.perf_counter()
             # The default refuse filter (5 s): what is left of the offer (memory without cpus)
@@ -144,7 +151,9 @@ class Job(mezzo.Scheduler):
 
 def through_mezzo(tasks: int, width: int, loops: int) -> Run:
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
-        with LocalProcessCluster(1, directory=tmp, agent_resources=f"cpus:{width};mem:{width * 1024}") as cluster:
+        with LocalProcessCluster(
+            1, directory=tmp, agent_resources=f"cpus:{width};mem:{width * 1024}"
+        ) as cluster:
             daemons = [cluster.procs["master"].pid, cluster.procs["agent-1"].pid]
             job = Job(tasks, loops)
             driver = mezzo.SchedulerDriver(job, mezzo.FrameworkInfo(name="overhead"), cluster.master)
@@ -158,6 +167,7 @@ def through_mezzo(tasks: int, width: int, loops: int) -> Run:
             cpu = sum(map(cpu_seconds, daemons)) - cpu_before
             if job.failed:
                 raise ClusterError(f"{len(job.failed)} tasks failed, e.g. {job.failed[0]}")
+            assert job.finished is not None and job.started is not None  # set once done
             return Run(job.finished - job.started, job.busy, cpu)
 
 
@@ -184,12 +194,15 @@ def main() -> None:
         for how, fn in (("direct", direct), ("mezzo", through_mezzo)):
             r = fn(args.tasks, args.width, loops)
             results[how].append(r)
-            print(f"run {run + 1}: {how}: {args.tasks} tasks in {r.makespan:.2f} s, "
-                  f"slots idle {r.idle(args.width) * 100:.2f} %", flush=True)
+            print(
+                f"run {run + 1}: {how}: {args.tasks} tasks in {r.makespan:.2f} s, "
+                f"slots idle {r.idle(args.width) * 100:.2f} %",
+                flush=True,
+            )
     direct_runs, mezzo_runs = results["direct"], results["mezzo"]
     d = statistics.median(r.makespan for r in direct_runs)
     m = statistics.median(r.makespan for r in mezzo_runs)
-    overheads = [mz.makespan / dr.makespan - 1 for dr, mz in zip(direct_runs, mezzo_runs)]
+    overheads = [mz.makespan / dr.makespan - 1 for dr, mz in zip(direct_runs, mezzo_runs, strict=True)]
     idle_d = statistics.median(r.idle(args.width) for r in direct_runs)
     idle_m = statistics.median(r.idle(args.width) for r in mezzo_runs)
     daemons = statistics.median(r.daemons_cpu / r.makespan for r in mezzo_runs)

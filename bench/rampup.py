@@ -133,7 +133,9 @@ def model_sample(dist: str, k: int, beta: float, rng: random.Random) -> dict[tup
     }
 
 
-def model_medians(k: int, beta: float, seed: int, samples: int = MODEL_SAMPLES) -> dict[tuple[str, str], float]:
+def model_medians(
+    k: int, beta: float, seed: int, samples: int = MODEL_SAMPLES
+) -> dict[tuple[str, str], float]:
     """Median of each metric over ``samples`` draws of :func:`model_sample` per distribution."""
     rng = random.Random(seed)
     out: dict[tuple[str, str], float] = {}
@@ -219,8 +221,9 @@ class EntitledFramework(Scheduler):
     write, read by the caller without locking.
     """
 
-    def __init__(self, mode: str, preferred: set[str], k: int, mean: float, beta: float,
-                 background: Background) -> None:
+    def __init__(
+        self, mode: str, preferred: set[str], k: int, mean: float, beta: float, background: Background
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -248,8 +251,9 @@ class EntitledFramework(Scheduler):
             task_id = f"f-{len(self.slots) + 1}"
             self.slots[task_id] = Slot(offer.agent_id, self.background.freed_at.get(offer.agent_id), now)
             taken.add(offer.agent_id)
-            driver.launch_tasks(offer.offer_id, [emulated_task(task_id, offer.agent_id, Resources.parse(SLOT),
-                                                               HOLD_SECONDS)])
+            driver.launch_tasks(
+                offer.offer_id, [emulated_task(task_id, offer.agent_id, Resources.parse(SLOT), HOLD_SECONDS)]
+            )
 
     def status_update(self, driver: SchedulerDriver, status: TaskStatus) -> None:
         slot = self.slots.get(status.task_id)
@@ -314,9 +318,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 def one_run(args: argparse.Namespace, dist: str, mode: str, seed: int) -> Run:
     """A fresh master and agents; the background fills them; f registers and runs its job."""
     n, k, mean, beta = args.agents, args.agents // 2, args.mean, args.beta
-    with tempfile.TemporaryDirectory(prefix="rampup-") as tmp, \
-            EmulatedCluster(Path(tmp), n, agent_resources=SLOT,
-                            master_toml='[master.allocator]\nname = "drf"\n') as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="rampup-") as tmp,
+        EmulatedCluster(
+            Path(tmp), n, agent_resources=SLOT, master_toml='[master.allocator]\nname = "drf"\n'
+        ) as cluster,
+    ):
         cluster.start_agents()
         background = Background(BackgroundDurations(dist, mean, n, seed))
         bg_driver = SchedulerDriver(background, FrameworkInfo(name="background"), cluster.address)
@@ -334,8 +341,11 @@ def one_run(args: argparse.Namespace, dist: str, mode: str, seed: int) -> Run:
             if guaranteed != k:
                 raise RuntimeError(f"DRF guarantees f {guaranteed:g} cpus, not k = {k}")
             bound = (math.log(k) + 4 * beta + 10) * mean + 30  # far beyond any plausible run
-            wait_for(lambda: f.deadline is not None and time.monotonic() >= f.deadline, bound,
-                     f"f's {mode} job to complete")
+            wait_for(
+                lambda: f.deadline is not None and time.monotonic() >= f.deadline,
+                bound,
+                f"f's {mode} job to complete",
+            )
             done = time.monotonic()
             held = len(f.running_times())
             lost = list(f.lost)
@@ -348,21 +358,42 @@ def one_run(args: argparse.Namespace, dist: str, mode: str, seed: int) -> Run:
     return measured(f, dist, mode, k, mean, float(guaranteed), t0, done, held, lost)
 
 
-def measured(f: EntitledFramework, dist: str, mode: str, k: int, mean: float, guaranteed: float,
-             t0: float, done: float, held: int, lost: list[str]) -> Run:
+def measured(
+    f: EntitledFramework,
+    dist: str,
+    mode: str,
+    k: int,
+    mean: float,
+    guaranteed: float,
+    t0: float,
+    done: float,
+    held: int,
+    lost: list[str],
+) -> Run:
     """The :class:`Run` record of f's slots, from t0 to ``done``."""
-    got = [s for s in f.slots.values() if s.running is not None and s.running <= done]
-    run = Run(dist, mode, k, mean, guaranteed, held,
-              None if f.all_running_at is None else f.all_running_at - t0, done - t0,
-              sorted(s.running - t0 for s in got), lost=lost)
+    # (slot, when it ran f's task) for the slots f got by ``done``
+    got = [(s, s.running) for s in f.slots.values() if s.running is not None and s.running <= done]
+    run = Run(
+        dist,
+        mode,
+        k,
+        mean,
+        guaranteed,
+        held,
+        None if f.all_running_at is None else f.all_running_at - t0,
+        done - t0,
+        sorted(running - t0 for _, running in got),
+        lost=lost,
+    )
     # A slot already free at t0 was freed before f existed: its wait starts at t0.
-    run.handoff = [s.running - max(s.freed or t0, t0) for s in got]
-    run.offer_wait = [s.offered - max(s.freed or t0, t0) for s in got]
+    run.handoff = [running - max(s.freed or t0, t0) for s, running in got]
+    run.offer_wait = [s.offered - max(s.freed or t0, t0) for s, _ in got]
     short_until = f.all_running_at if f.all_running_at is not None else done
-    run.passed_over = sum(1 for at, host in f.background.offers_seen
-                          if t0 < at < short_until and host in f.preferred)
+    run.passed_over = sum(
+        1 for at, host in f.background.offers_seen if t0 < at < short_until and host in f.preferred
+    )
     if mode == "rigid":
-        run.utilization = f.beta * k * mean / sum(done - s.running for s in got)
+        run.utilization = f.beta * k * mean / sum(done - running for _, running in got)
     return run
 
 
@@ -372,10 +403,12 @@ def describe(run: Run, index: int) -> str:
     ramp = "not reached" if run.ramp_up is None else f"{run.ramp_up / T:.2f} T ({run.ramp_up:.2f} s)"
     util = "" if run.utilization is None else f", utilization {run.utilization:.2f}"
     handoff = f"{statistics.median(run.handoff):.3f} s" if run.handoff else "-"
-    return (f"{run.dist} {run.mode} run {index}: DRF guarantee {run.guaranteed_cpus:g} cpus; "
-            f"reached {run.held}/{run.k} slots; ramp-up {ramp}; job {run.completion / T:.2f} T "
-            f"({run.completion:.2f} s){util}; hand-over median {handoff}; "
-            f"preferred slots passed to the background {run.passed_over}; lost {len(run.lost)}")
+    return (
+        f"{run.dist} {run.mode} run {index}: DRF guarantee {run.guaranteed_cpus:g} cpus; "
+        f"reached {run.held}/{run.k} slots; ramp-up {ramp}; job {run.completion / T:.2f} T "
+        f"({run.completion:.2f} s){util}; hand-over median {handoff}; "
+        f"preferred slots passed to the background {run.passed_over}; lost {len(run.lost)}"
+    )
 
 
 # -- summary and report ------------------------------------------------------------------
@@ -397,24 +430,37 @@ def rows(runs: list[Run], k: int, beta: float, model: dict) -> list[dict]:
         if not got:
             continue
         med = statistics.median(got)
-        out.append({"metric": key[0], "config": key[1], "values": got, "median": med, "formula": formula,
-                    "model": model[key], "ratio": med / formula, "model_ratio": med / model[key]})
+        out.append(
+            {
+                "metric": key[0],
+                "config": key[1],
+                "values": got,
+                "median": med,
+                "formula": formula,
+                "model": model[key],
+                "ratio": med / formula,
+                "model_ratio": med / model[key],
+            }
+        )
     return out
 
 
 def print_rows(table: list[dict]) -> None:
     for row in table:
         unit = "" if row["metric"] == "utilization" else " T"
-        print(f"{row['metric']} {row['config']}: median {row['median']:.2f}{unit} over {len(row['values'])} runs; "
-              f"formula {row['formula']:.2f}{unit} (ratio {row['ratio']:.2f}); "
-              f"model median {row['model']:.2f}{unit} (ratio {row['model_ratio']:.2f})", flush=True)
+        print(
+            f"{row['metric']} {row['config']}: median {row['median']:.2f}{unit} over {len(row['values'])} runs; "
+            f"formula {row['formula']:.2f}{unit} (ratio {row['ratio']:.2f}); "
+            f"model median {row['model']:.2f}{unit} (ratio {row['model_ratio']:.2f})",
+            flush=True,
+        )
 
 
 def representative(runs: list[Run], dist: str) -> Run | None:
     """The rigid run of ``dist`` whose ramp-up is the median one (lower middle if even)."""
-    cands = sorted((r for r in runs if r.dist == dist and r.mode == "rigid" and r.ramp_up is not None),
-                   key=lambda r: r.ramp_up)  # type: ignore[arg-type, return-value]
-    return cands[(len(cands) - 1) // 2] if cands else None
+    timed = [(r.ramp_up, r) for r in runs if r.dist == dist and r.mode == "rigid" and r.ramp_up is not None]
+    timed.sort(key=lambda pair: pair[0])
+    return timed[(len(timed) - 1) // 2][1] if timed else None
 
 
 def write_results(args: argparse.Namespace, runs: list[Run], table: list[dict]) -> None:
@@ -431,7 +477,7 @@ def write_results(args: argparse.Namespace, runs: list[Run], table: list[dict]) 
         f"residual) or Exponential(mean T). One T after the cluster is full, framework f registers: "
         f"with two frameworks of equal weight DRF guarantees it half the cluster, k = {k} slots (the "
         f"master's `guaranteed_share` said so in every run), and offers it each freed slot first while "
-        f"it holds fewer. f takes its k preferred agents (the paper's \"all k of its preferred slots\") and "
+        f'it holds fewer. f takes its k preferred agents (the paper\'s "all k of its preferred slots") and '
         f"declines the others for an hour. Its job is βkT slot-seconds with β = {beta:g}: elastic uses each "
         f"slot from its TASK_RUNNING and ends when the work is drained (footnote 3: all slots finish "
         f"together); rigid holds its slots and runs βT once all k run. Ramp-up is f's driver start to its "
@@ -446,10 +492,12 @@ def write_results(args: argparse.Namespace, runs: list[Run], table: list[dict]) 
     ]
     for row in table:
         unit = "" if row["metric"] == "utilization" else " T"
-        lines.append(f"| {row['metric']} | {row['config']} | {row['median']:.2f}{unit} | "
-                     f"{formula_text(row['metric'], row['config'], beta)} = {row['formula']:.2f}{unit} | "
-                     f"{row['ratio']:.2f} | {row['model']:.2f}{unit} | {row['model_ratio']:.2f} | "
-                     f"{len(row['values'])} |")
+        lines.append(
+            f"| {row['metric']} | {row['config']} | {row['median']:.2f}{unit} | "
+            f"{formula_text(row['metric'], row['config'], beta)} = {row['formula']:.2f}{unit} | "
+            f"{row['ratio']:.2f} | {row['model']:.2f}{unit} | {row['model_ratio']:.2f} | "
+            f"{len(row['values'])} |"
+        )
     lines += [
         "",
         f"Elastic utilization is 1 by construction (a worker works from its TASK_RUNNING to the end). "
@@ -521,10 +569,15 @@ def draw(runs: list[Run], k: int, path: Path) -> bool:
         ax.step(xs, ys, where="post", color=colors[dist], label=f"{dist} (measured, median run)")
         horizon = max(horizon, xs[-1] * 1.1)
     grid = [horizon * i / 200 for i in range(201)]
-    ax.plot(grid, [min(1.0, x) for x in grid], ":", color=colors["constant"], linewidth=1,
-            label="model: t/T")
-    ax.plot(grid, [1 - math.exp(-x) for x in grid], ":", color=colors["exponential"], linewidth=1,
-            label="model: 1 - exp(-t/T)")
+    ax.plot(grid, [min(1.0, x) for x in grid], ":", color=colors["constant"], linewidth=1, label="model: t/T")
+    ax.plot(
+        grid,
+        [1 - math.exp(-x) for x in grid],
+        ":",
+        color=colors["exponential"],
+        linewidth=1,
+        label="model: 1 - exp(-t/T)",
+    )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.axvline(math.log(k), color="grey", linestyle="-.", linewidth=1)
     # Above the legend (lower right), where no curve passes at these x.
@@ -545,16 +598,29 @@ DEFAULTS = {"agents": 40, "mean": 2.0, "beta": 2.0, "runs": 5, "exp_runs": 11, "
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--agents", type=int, default=DEFAULTS["agents"],
-                   help="one-slot emulated agents n (even); f is entitled to k = n/2")
+    p.add_argument(
+        "--agents",
+        type=int,
+        default=DEFAULTS["agents"],
+        help="one-slot emulated agents n (even); f is entitled to k = n/2",
+    )
     p.add_argument("--mean", type=float, default=DEFAULTS["mean"], help="mean task duration T, seconds")
     p.add_argument("--beta", type=float, default=DEFAULTS["beta"], help="f's job is β·k·T slot-seconds")
-    p.add_argument("--runs", type=int, default=DEFAULTS["runs"],
-                   help="runs of each constant-duration configuration")
-    p.add_argument("--exp-runs", type=int, default=DEFAULTS["exp_runs"],
-                   help="runs of each exponential configuration (random, so more)")
-    p.add_argument("--settle", type=float, default=DEFAULTS["settle"],
-                   help="T's to wait after the cluster is full before f registers")
+    p.add_argument(
+        "--runs", type=int, default=DEFAULTS["runs"], help="runs of each constant-duration configuration"
+    )
+    p.add_argument(
+        "--exp-runs",
+        type=int,
+        default=DEFAULTS["exp_runs"],
+        help="runs of each exponential configuration (random, so more)",
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=DEFAULTS["settle"],
+        help="T's to wait after the cluster is full before f registers",
+    )
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the background's durations")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)

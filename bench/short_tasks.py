@@ -77,8 +77,14 @@ class Filler(mezzo.Scheduler):
             while self.launched < self.total and TASK.fits_in(room):
                 room = room - TASK
                 self.launched += 1
-                tasks.append(TaskInfo(task_id=f"t{self.launched}", agent_id=offer.agent_id, resources=TASK,
-                                      command=CommandInfo(value="true")))
+                tasks.append(
+                    TaskInfo(
+                        task_id=f"t{self.launched}",
+                        agent_id=offer.agent_id,
+                        resources=TASK,
+                        command=CommandInfo(value="true"),
+                    )
+                )
             driver.launch_tasks(offer.offer_id, tasks, Filters(refuse_seconds=0))
 
     def status_update(self, driver, status):
@@ -104,12 +110,17 @@ def default_work_dir() -> str | None:
     return None
 
 
-def one_run(isolation: list[str], checkpoint: bool, tasks: int, timeout: float,
-            work_dir: str | None = None) -> float:
+def one_run(
+    isolation: list[str], checkpoint: bool, tasks: int, timeout: float, work_dir: str | None = None
+) -> float:
     with tempfile.TemporaryDirectory(prefix="short-tasks-", dir=work_dir) as tmp:
         cluster = LocalProcessCluster(
-            1, directory=tmp, master={"allocation_interval": 0.01},
-            agent={"isolation": isolation, "checkpoint": checkpoint}, agent_resources="cpus:8;mem:8192")
+            1,
+            directory=tmp,
+            master={"allocation_interval": 0.01},
+            agent={"isolation": isolation, "checkpoint": checkpoint},
+            agent_resources="cpus:8;mem:8192",
+        )
         with cluster:
             sched = Filler(tasks)
             driver = mezzo.SchedulerDriver(sched, mezzo.FrameworkInfo(name="short"), cluster.master)
@@ -121,6 +132,7 @@ def one_run(isolation: list[str], checkpoint: bool, tasks: int, timeout: float,
                 driver.stop()
             if sched.failed:
                 raise ClusterError(f"{len(sched.failed)} tasks failed, e.g. {sched.failed[0]}")
+            assert sched.done_at is not None and sched.first_offer is not None  # set once done
             return tasks / (sched.done_at - sched.first_offer)
 
 
@@ -129,8 +141,11 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=2000, help="tasks per run (default 2000)")
     p.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
     p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--work-dir", default=default_work_dir(),
-                   help="where the cluster's directories go (default: /dev/shm if it is a tmpfs)")
+    p.add_argument(
+        "--work-dir",
+        default=default_work_dir(),
+        help="where the cluster's directories go (default: /dev/shm if it is a tmpfs)",
+    )
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args()
     mezzo.log.configure("warning")
@@ -168,8 +183,10 @@ def main() -> None:
             continue
         med = statistics.median(rates[label])
         ratio = f"{med / base:.2f}×" if base else ""
-        lines.append(f"| {iso} | {'on' if checkpoint else 'off'} | {med:,.0f} | "
-                     f"{' / '.join(f'{r:,.0f}' for r in rates[label])} | {ratio} |")
+        lines.append(
+            f"| {iso} | {'on' if checkpoint else 'off'} | {med:,.0f} | "
+            f"{' / '.join(f'{r:,.0f}' for r in rates[label])} | {ratio} |"
+        )
     print("\n".join(lines))
     if not args.no_write:
         write_section("## Short tasks on one agent", lines)
@@ -182,8 +199,9 @@ def _filesystem(directory: str | None) -> str:
         with open("/proc/mounts") as mounts:
             for line in mounts:
                 mount_point, fs_type = line.split()[1:3]
-                if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) \
-                        and len(mount_point) >= len(best[0]):
+                if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) and len(
+                    mount_point
+                ) >= len(best[0]):
                     best = (mount_point, fs_type)
     except OSError:
         pass

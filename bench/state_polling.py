@@ -61,8 +61,11 @@ def probes(cluster: EmulatedCluster, n: int, label: str) -> list[dict]:
         p = run_probe(cluster.address, "cpus:1;mem:1024", 1.0, timeout=120, name=f"{label}-{i}")
         t = p.times
         out.append({"offer": t["offered"] - t["registered"], "start": t["running"] - t["started"]})
-        print(f"  {label} probe {i + 1}: offer latency {out[-1]['offer']:.3f} s, "
-              f"start latency {out[-1]['start']:.3f} s", flush=True)
+        print(
+            f"  {label} probe {i + 1}: offer latency {out[-1]['offer']:.3f} s, "
+            f"start latency {out[-1]['start']:.3f} s",
+            flush=True,
+        )
     return out
 
 
@@ -78,7 +81,9 @@ def measure(args: argparse.Namespace, in_child: bool, quiet_too: bool) -> dict:
             if quiet_too:
                 result["quiet"] = probes(cluster, args.probes, "quiet")
             stats = Path(tmp) / "poller.json"
-            poller = subprocess.Popen([sys.executable, __file__, "--poll", cluster.address, "--out", str(stats)])
+            poller = subprocess.Popen(
+                [sys.executable, __file__, "--poll", cluster.address, "--out", str(stats)]
+            )
             time.sleep(3)  # let the first polls land
             label = "polled (child)" if in_child else "polled (inline)"
             cpu0, _ = cluster.master_cpu_rss()
@@ -110,11 +115,24 @@ def main(argv=None) -> int:
     mezzo.log.configure("warning")
     child = measure(args, in_child=True, quiet_too=True)
     inline = None if args.no_inline else measure(args, in_child=False, quiet_too=False)
-    rows = [("nobody polling", child["quiet"], None, None),
-            ("polling, state rendered in a child (default)", child["polled"], child["poller"], child["master_cpu"])]
+    rows = [
+        ("nobody polling", child["quiet"], None, None),
+        (
+            "polling, state rendered in a child (default)",
+            child["polled"],
+            child["poller"],
+            child["master_cpu"],
+        ),
+    ]
     if inline is not None:
-        rows.append(("polling, state rendered on the event loop", inline["polled"], inline["poller"],
-                     inline["master_cpu"]))
+        rows.append(
+            (
+                "polling, state rendered on the event loop",
+                inline["polled"],
+                inline["poller"],
+                inline["master_cpu"],
+            )
+        )
     lines = [
         f"`python bench/state_polling.py --agents {args.agents}` ({time.strftime('%Y-%m-%d')}, {machine()}). "
         f"The Fig. 10 workload at {args.agents:,} emulated agents (200 frameworks keeping them full); a probe "
@@ -132,8 +150,10 @@ def main(argv=None) -> int:
         one = "-" if not poller or not poller["seconds"] else f"{statistics.median(poller['seconds']):.2f} s"
         size = "-" if poller is None else f"{poller['agents']:,} agents, {poller['tasks']:,} tasks"
         cpu_s = "-" if cpu is None else f"{cpu:.0%}"
-        lines.append(f"| {name} | {statistics.median(off):.3f} s ({max(off):.3f}) "
-                     f"| {statistics.median(start):.3f} s ({max(start):.3f}) | {fetches} | {one} | {size} | {cpu_s} |")
+        lines.append(
+            f"| {name} | {statistics.median(off):.3f} s ({max(off):.3f}) "
+            f"| {statistics.median(start):.3f} s ({max(start):.3f}) | {fetches} | {one} | {size} | {cpu_s} |"
+        )
         print(lines[-1], flush=True)
     if not args.no_write:
         write_section("## Responsiveness while `mezzo state` is polled", lines)

@@ -45,17 +45,31 @@ def one_run(args: argparse.Namespace, mode: str) -> dict:
     slots = args.agents * args.cpus
     per_framework = slots // args.frameworks
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        with EmulatedCluster(Path(tmp), args.agents, agent_resources=f"cpus:{args.cpus};mem:{args.cpus * 1024}",
-                             per_connection=args.per_connection) as cluster:
+        with EmulatedCluster(
+            Path(tmp),
+            args.agents,
+            agent_resources=f"cpus:{args.cpus};mem:{args.cpus * 1024}",
+            per_connection=args.per_connection,
+        ) as cluster:
             cluster.start_agents()
             cpu0, _ = cluster.master_cpu_rss()
             timeline: list[tuple[float, int]] = []
             cluster.start_frameworks(
-                args.frameworks, duration=3600, stddev=0, report_every=0.1,
+                args.frameworks,
+                duration=3600,
+                stddev=0,
+                report_every=0.1,
                 # A framework that still wants tasks returns the rest of an offer without a
                 # refuse filter, so it goes straight back into the next allocation cycle.
-                extra=("--tasks-per-offer", "0" if mode == "fill" else "1", "--max-tasks", str(per_framework),
-                       "--refuse-seconds", "0"))
+                extra=(
+                    "--tasks-per-offer",
+                    "0" if mode == "fill" else "1",
+                    "--max-tasks",
+                    str(per_framework),
+                    "--refuse-seconds",
+                    "0",
+                ),
+            )
             total = per_framework * args.frameworks
             deadline = time.monotonic() + args.timeout
             while True:
@@ -104,9 +118,12 @@ def main(argv=None) -> int:
         for i in range(args.runs):
             r = one_run(args, mode)
             results.setdefault(mode, []).append(r)
-            print(f"{mode} run {i + 1}: {r['tasks']:,} tasks RUNNING in {r['seconds']:.2f} s = "
-                  f"{r['rate']:,.0f} tasks/s; master {r['master_cpu']:.0%} CPU, "
-                  f"{r['master_rss_mb']:.0f} MB; {r['failed']} failed", flush=True)
+            print(
+                f"{mode} run {i + 1}: {r['tasks']:,} tasks RUNNING in {r['seconds']:.2f} s = "
+                f"{r['rate']:,.0f} tasks/s; master {r['master_cpu']:.0%} CPU, "
+                f"{r['master_rss_mb']:.0f} MB; {r['failed']} failed",
+                flush=True,
+            )
     if not args.no_write:
         write_results(args, results)
     return 0
@@ -127,6 +144,7 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
     ]
     names = {"fill": "as many tasks as fit per offer", "one": "one task per offer"}
     for mode, runs in results.items():
+
         def med(key: str, runs: list[dict] = runs) -> float:
             return statistics.median(r[key] for r in runs)
 
@@ -134,7 +152,8 @@ def write_results(args, results: dict[str, list[dict]]) -> None:
         lines.append(
             f"| {names.get(mode, mode)} | {runs[0]['tasks']:,} | {med('seconds'):.2f} s | {med('rate'):,.0f} "
             f"| {each} "
-            f"| {med('master_cpu'):.0%} | {KUBE} |")
+            f"| {med('master_cpu'):.0%} | {KUBE} |"
+        )
     write_section("## Task throughput at 5,000 agents", lines)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .agent.posix import PosixIsolator
-from .hookspecs import OfferFilter, hookimpl
+from .hookspecs import AgentView, FrameworkView, OfferFilter, hookimpl
 from .resources import Resources
 from .revocation import FairSharePolicy
 
@@ -24,7 +24,7 @@ class AgentListFilter(OfferFilter):
     name = "agents"
     description = "only offer agents in the framework's list (set_filters agents=[...])"
 
-    def refuse(self, framework: Any, agent: Any, free: Resources) -> str | None:
+    def refuse(self, framework: FrameworkView, agent: AgentView, free: Resources) -> str | None:
         allowed = framework.agent_whitelist
         if allowed is None or agent.id in allowed or agent.info.hostname in allowed:
             return None
@@ -35,7 +35,7 @@ class MinFreeFilter(OfferFilter):
     name = "min-free"
     description = "only offer agents with at least the framework's minimum free (set_filters min_free=...)"
 
-    def refuse(self, framework: Any, agent: Any, free: Resources) -> str | None:
+    def refuse(self, framework: FrameworkView, agent: AgentView, free: Resources) -> str | None:
         minimum = framework.min_free
         if minimum is None or minimum.fits_in(free):
             return None

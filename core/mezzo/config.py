@@ -36,9 +36,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ConfigError
 from .resources import InvalidResources, Resources
@@ -207,7 +208,9 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
         except OSError as exc:
             raise ConfigError(str(path), f"cannot read config file: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
-            raise ConfigError(str(path), f"config file is not UTF-8: {exc.reason} at byte {exc.start}") from None
+            raise ConfigError(
+                str(path), f"config file is not UTF-8: {exc.reason} at byte {exc.start}"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(path), f"invalid TOML: {exc}") from None
     for dotted, value in (overrides or {}).items():
@@ -218,7 +221,9 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
         for i, p in enumerate(parents):
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise ConfigError(".".join(parents[: i + 1]), f"is a value, not a table, so {dotted} cannot be set")
+                raise ConfigError(
+                    ".".join(parents[: i + 1]), f"is a value, not a table, so {dotted} cannot be set"
+                )
         node[leaf] = value
     return from_dict(data)
 
@@ -250,7 +255,9 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             # [master.allocator.<name>]: the named allocator's own settings table.
             if not isinstance(value, Mapping):
                 what = _ONE_SELECTED[cls]
-                raise ConfigError(dotted, f"unknown key ({what} settings tables must be tables, got {_kind(value)})")
+                raise ConfigError(
+                    dotted, f"unknown key ({what} settings tables must be tables, got {_kind(value)})"
+                )
             kwargs.setdefault("settings", {})[key] = dict(value)
             continue
         f = fields.get(key)
@@ -298,8 +305,11 @@ def parse_min_offer(text: str, key: str = "master.min_offer") -> Resources | Non
     except InvalidResources as exc:
         raise ConfigError(key, str(exc)) from None
     if minimum.ranges:
-        raise ConfigError(key, "only scalar resources (cpus, mem, disk, ...) can make a minimum, "
-                               f"not ranges such as {', '.join(sorted(minimum.ranges))}")
+        raise ConfigError(
+            key,
+            "only scalar resources (cpus, mem, disk, ...) can make a minimum, "
+            f"not ranges such as {', '.join(sorted(minimum.ranges))}",
+        )
     return minimum or None
 
 
@@ -312,15 +322,21 @@ def check_fraction(value: float, key: str) -> float:
     return value
 
 
-_VALUE_CHECKS = {
+# Checks of single values beyond their type: called with the coerced value and its
+# dotted key, they raise ConfigError; what they return is not used.
+_VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.min_offer": parse_min_offer,
     "master.long_task_fraction": check_fraction,
 }
 
 
-_NESTED = {"AllocatorConfig": AllocatorConfig, "RevocationPolicyConfig": RevocationPolicyConfig,
-           "MasterConfig": MasterConfig,
-           "AgentConfig": AgentConfig, "LogConfig": LogConfig}
+_NESTED = {
+    "AllocatorConfig": AllocatorConfig,
+    "RevocationPolicyConfig": RevocationPolicyConfig,
+    "MasterConfig": MasterConfig,
+    "AgentConfig": AgentConfig,
+    "LogConfig": LogConfig,
+}
 
 
 def _coerce(type_: Any, value: Any, dotted: str) -> Any:

@@ -99,7 +99,8 @@ class LeaderAddress:
         self._loop = asyncio.get_running_loop()
         self._change = asyncio.Event()
         detector, release = await self._loop.run_in_executor(
-            None, shared_detector, self.url, self._connect_timeout)
+            None, shared_detector, self.url, self._connect_timeout
+        )
         if self._closed:
             release()
             return
@@ -148,8 +149,9 @@ class LeaderAddress:
             try:
                 address = parse_address(leader, self._default_port)
             except ValueError:
-                log.warning("the leader published an address that cannot be parsed", leader=leader,
-                            url=str(self.url))
+                log.warning(
+                    "the leader published an address that cannot be parsed", leader=leader, url=str(self.url)
+                )
         if address == self._leader:
             return
         self._leader = address

@@ -23,9 +23,7 @@ def configure(level: str = "info", fmt: str = "console", stream=None) -> None:
     if fmt not in ("console", "json"):
         raise ConfigError("log.format", f"expected 'console' or 'json', got {fmt!r}")
     renderer = (
-        structlog.processors.JSONRenderer()
-        if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[

@@ -19,7 +19,7 @@ Resources are treated as immutable: operators return new objects.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from .wire.ttypes import Range
 from .wire.ttypes import Resources as _WireResources
@@ -112,14 +112,14 @@ class Resources(_WireResources):
     # -- construction -----------------------------------------------------
 
     @classmethod
-    def _raw(cls, milli: dict[str, int], ranges: dict[str, list[Range]]) -> "Resources":
+    def _raw(cls, milli: dict[str, int], ranges: dict[str, list[Range]]) -> Resources:
         obj = cls.__new__(cls)
         obj.scalars = milli
         obj.ranges = ranges
         return obj
 
     @classmethod
-    def of(cls, wire: _WireResources | None) -> "Resources":
+    def of(cls, wire: _WireResources | None) -> Resources:
         """Validate a decoded wire struct (from any peer) and lift it.
 
         Raises :class:`InvalidResources` for negative amounts or inverted ranges.
@@ -144,12 +144,12 @@ class Resources(_WireResources):
             pairs[name] = ps
         return cls(ranges=pairs)._with_scalars(milli)
 
-    def _with_scalars(self, milli: dict[str, int]) -> "Resources":
+    def _with_scalars(self, milli: dict[str, int]) -> Resources:
         self.scalars = milli
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "Resources":
+    def parse(cls, text: str) -> Resources:
         """Parse Mesos' syntax: ``"cpus:4;mem:4096;ports:[31000-32000,33000-33010]"``."""
         scalars: dict[str, float] = {}
         ranges: dict[str, list[tuple[int, int]]] = {}
@@ -198,7 +198,7 @@ class Resources(_WireResources):
     def __bool__(self) -> bool:
         return not self.is_empty()
 
-    def fits_in(self, other: "Resources") -> bool:
+    def fits_in(self, other: Resources) -> bool:
         """True when every amount here is available in ``other``."""
         if other is self:
             return True
@@ -211,7 +211,7 @@ class Resources(_WireResources):
                 return False
         return True
 
-    def shortfall(self, other: "Resources") -> list[str]:
+    def shortfall(self, other: Resources) -> list[str]:
         """Human-readable lines naming what here exceeds ``other`` (empty when it fits)."""
         out = []
         for name, m in sorted(self.scalars.items()):
@@ -226,7 +226,7 @@ class Resources(_WireResources):
 
     # -- arithmetic -------------------------------------------------------
 
-    def __add__(self, other: "Resources") -> "Resources":
+    def __add__(self, other: Resources) -> Resources:
         # Resources are never mutated after construction, so an empty side can
         # hand back the other one: the master adds to empty pools all the time.
         if not other.scalars and not other.ranges:
@@ -242,7 +242,7 @@ class Resources(_WireResources):
             ranges[name] = [Range(b, e) for b, e in merged]
         return Resources._raw(milli, ranges)
 
-    def __sub__(self, other: "Resources") -> "Resources":
+    def __sub__(self, other: Resources) -> Resources:
         """Subtract, flooring each scalar at zero (callers check ``fits_in`` first)."""
         if not other.scalars and not other.ranges:
             return self
@@ -263,7 +263,7 @@ class Resources(_WireResources):
                     del ranges[name]
         return Resources._raw(milli, ranges)
 
-    def intersection(self, other: "Resources") -> "Resources":
+    def intersection(self, other: Resources) -> Resources:
         """What both hold: the smaller amount of each scalar, the common ranges."""
         if other is self:
             return self
@@ -274,8 +274,12 @@ class Resources(_WireResources):
             theirs = other.range_pairs(name)
             if not theirs:
                 continue
-            common = [(max(b, ob), min(e, oe)) for b, e in ((r.begin, r.end) for r in rs)
-                      for ob, oe in theirs if max(b, ob) <= min(e, oe)]
+            common = [
+                (max(b, ob), min(e, oe))
+                for b, e in ((r.begin, r.end) for r in rs)
+                for ob, oe in theirs
+                if max(b, ob) <= min(e, oe)
+            ]
             if common:
                 ranges[name] = [Range(b, e) for b, e in _merge(common)]
         return Resources._raw(milli, ranges)

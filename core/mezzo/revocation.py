@@ -71,13 +71,19 @@ class FairSharePolicy(RevocationPolicy):
                 if task is None:
                     continue  # nothing of it helps this framework; it stays out of its ranking
                 remaining = remaining - task.resources
-                victims.append(Victim(
-                    framework_id=c.framework_id, task_id=task.task_id, agent_id=task.agent_id,
-                    reason=(f"framework {c.framework_id} above its guarantee by {excess} "
+                victims.append(
+                    Victim(
+                        framework_id=c.framework_id,
+                        task_id=task.task_id,
+                        agent_id=task.agent_id,
+                        reason=(
+                            f"framework {c.framework_id} above its guarantee by {excess} "
                             f"(guaranteed {c.guaranteed or 'nothing'}); revoked for framework "
-                            f"{s.framework_id}, starved {s.waiting_seconds:.0f} s"),
-                    for_framework_id=s.framework_id,
-                ))
+                            f"{s.framework_id}, starved {s.waiting_seconds:.0f} s"
+                        ),
+                        for_framework_id=s.framework_id,
+                    )
+                )
                 if above_guarantee(c.left, c.guaranteed):
                     heapq.heappush(ranking, c.rank(held))
             for c in candidates:
@@ -115,8 +121,9 @@ class _Candidate:
         while self._tasks:
             item = heapq.heappop(self._tasks)
             task = item[2]
-            if remaining.intersection(task.resources) and meets_guarantee(self.left - task.resources,
-                                                                           self.guaranteed):
+            if remaining.intersection(task.resources) and meets_guarantee(
+                self.left - task.resources, self.guaranteed
+            ):
                 self.left = self.left - task.resources
                 return task
             self._passed.append(item)

@@ -1,10 +1,10 @@
 """Asking a master for its state or metrics: what ``mezzo state`` and the tests use.
 
-    state = fetch_state("127.0.0.1:5050")          # a dict; blocking
-    state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
-    state = await fetch_state_async("127.0.0.1:5050")
-    counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
-    usage = fetch_agent_statistics("127.0.0.1:5051")   # an agent's containers, measured now
+state = fetch_state("127.0.0.1:5050")          # a dict; blocking
+state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
+state = await fetch_state_async("127.0.0.1:5050")
+counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
+usage = fetch_agent_statistics("127.0.0.1:5051")   # an agent's containers, measured now
 """
 
 from __future__ import annotations

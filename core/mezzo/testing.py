@@ -29,16 +29,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .hookspecs import AllocationCycle
 from .resources import Resources
 from .state_client import MasterUnreachable, fetch_state
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
-             interval: float = 0.01) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition", interval: float = 0.01
+) -> Any:
     """Poll ``predicate`` until it returns something truthy and return that; raise
     ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -51,8 +53,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
         time.sleep(interval)
 
 
-async def wait_for_async(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
-                         interval: float = 0.01) -> Any:
+async def wait_for_async(
+    predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition", interval: float = 0.01
+) -> Any:
     """:func:`wait_for` for code running on an event loop: sleeps without blocking it."""
     import asyncio
 
@@ -134,8 +137,11 @@ class LocalProcessCluster:
             raise ValueError("several masters need a zk:// URL to elect a leader")
         self.port = free_port()
         self.zk = zk
-        self.master_ports = {"master": self.port} if zk is None else {
-            f"master-{i}": free_port() for i in range(1, masters + 1)}
+        self.master_ports = (
+            {"master": self.port}
+            if zk is None
+            else {f"master-{i}": free_port() for i in range(1, masters + 1)}
+        )
         self.master = f"127.0.0.1:{self.port}" if zk is None else zk
         """What agents and frameworks are given: the master's address, or the zk:// URL."""
         self.agent_resources = (
@@ -164,7 +170,10 @@ class LocalProcessCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
             [sys.executable, "-m", "mezzo", *args, "--config", str(self.config_path)],
-            stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         logf.close()
         self.procs[name] = proc
@@ -189,10 +198,20 @@ class LocalProcessCluster:
 
     def start_agent(self, i: int) -> None:
         work = self.dir / f"agent-{i}"
-        self._spawn(f"agent-{i}", ["agent", "--resources", self.agent_resources[i - 1],
-                                   "--work-dir", str(work), "--hostname", f"agent-{i}"])
+        self._spawn(
+            f"agent-{i}",
+            [
+                "agent",
+                "--resources",
+                self.agent_resources[i - 1],
+                "--work-dir",
+                str(work),
+                "--hostname",
+                f"agent-{i}",
+            ],
+        )
 
-    def start(self) -> "LocalProcessCluster":
+    def start(self) -> LocalProcessCluster:
         self.start_master()
         for i in range(1, self.n_agents + 1):
             self.start_agent(i)
@@ -208,7 +227,9 @@ class LocalProcessCluster:
         while time.monotonic() < deadline:
             for name, p in self.procs.items():
                 if p.poll() is not None and name not in self.expected_dead:
-                    raise ClusterError(f"{name} exited with {p.returncode} while waiting for {what}\n{self.log_tail(name)}")
+                    raise ClusterError(
+                        f"{name} exited with {p.returncode} while waiting for {what}\n{self.log_tail(name)}"
+                    )
             try:
                 s = fetch_state(self.master, timeout=2.0)
                 if predicate(s):
@@ -216,8 +237,9 @@ class LocalProcessCluster:
             except MasterUnreachable as exc:
                 last = exc
             time.sleep(0.05)
-        raise ClusterError(f"timed out waiting for {what} ({last})\n" +
-                           "\n".join(self.log_tail(n) for n in self.procs))
+        raise ClusterError(
+            f"timed out waiting for {what} ({last})\n" + "\n".join(self.log_tail(n) for n in self.procs)
+        )
 
     def state(self) -> dict:
         return fetch_state(self.master, timeout=5.0)
@@ -266,7 +288,7 @@ class LocalProcessCluster:
         text = path.read_text(errors="replace").splitlines()[-lines:]
         return f"--- {name} (last {len(text)} lines)\n" + "\n".join(text)
 
-    def __enter__(self) -> "LocalProcessCluster":
+    def __enter__(self) -> LocalProcessCluster:
         try:
             return self.start()
         except BaseException:
@@ -315,7 +337,11 @@ class ScriptedCycle(AllocationCycle):
         self.allocator.allocated(framework_id, res)
 
 
-ZOOKEEPER_CLASSPATH = ("/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+ZOOKEEPER_CLASSPATH = (
+    "/etc/zookeeper/conf",
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/slf4j-simple.jar",
+)
 """Where Debian's ``zookeeper`` package puts the server (``make setup`` installs it)."""
 
 
@@ -332,8 +358,11 @@ class ZooKeeperServer:
     """
 
     def __init__(self, workdir: Path | None = None, *, tick_ms: int = 200) -> None:
-        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="mezzo-zk-")
-        self.workdir = Path(workdir) if workdir is not None else Path(self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mezzo-zk-")
+            workdir = Path(self._tmp.name)
+        self.workdir = Path(workdir)
         self.tick_ms = tick_ms
         self.port = free_port()
         self.process: subprocess.Popen | None = None
@@ -345,11 +374,13 @@ class ZooKeeperServer:
     def url(self, path: str = "/mezzo") -> str:
         return f"zk://{self.hosts}{path}"
 
-    def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
+    def start(self, timeout: float = 30.0) -> ZooKeeperServer:
         missing = [p for p in ZOOKEEPER_CLASSPATH[1:] if not Path(p).exists()]
         if missing:
-            raise ClusterError(f"ZooKeeper is not installed ({', '.join(missing)} missing): "
-                               "run `make setup` or `apt-get install zookeeper`")
+            raise ClusterError(
+                f"ZooKeeper is not installed ({', '.join(missing)} missing): "
+                "run `make setup` or `apt-get install zookeeper`"
+            )
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.workdir / "zoo.cfg"
@@ -357,12 +388,22 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}\ndataDir={data}\nclientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\n"
-            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout={20 * self.tick_ms}\n")
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout={20 * self.tick_ms}\n"
+        )
         self._log = open(self.workdir / "zookeeper.log", "wb")
         self.process = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", ":".join(ZOOKEEPER_CLASSPATH),
-             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "java",
+                "-Xmx256m",
+                "-cp",
+                ":".join(ZOOKEEPER_CLASSPATH),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(cfg),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while not self._ruok():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -392,7 +433,7 @@ class ZooKeeperServer:
             self._log.close()
         self.process = None
 
-    def __enter__(self) -> "ZooKeeperServer":
+    def __enter__(self) -> ZooKeeperServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

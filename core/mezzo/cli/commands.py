@@ -38,7 +38,9 @@ def _agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "agent.resources": args.resources,
         "agent.attributes": _attributes(args.attributes),
         "agent.work_dir": args.work_dir,
-        "agent.isolation": [s.strip() for s in args.isolation.split(",") if s.strip()] if args.isolation else None,
+        "agent.isolation": [s.strip() for s in args.isolation.split(",") if s.strip()]
+        if args.isolation
+        else None,
         "agent.hostname": args.hostname,
     }
 
@@ -60,7 +62,9 @@ async def _serve_until_signal(*daemons: Any) -> int:
         for d in daemons:
             await d.start()
             started.append(d)
-            for inner in getattr(d, "daemons", lambda: [d])():
+            # A composite daemon (mezzo local) lists the daemons it runs; watch each.
+            inner_daemons = d.daemons() if hasattr(d, "daemons") else [d]
+            for inner in inner_daemons:
                 if isinstance(getattr(inner, "stopped", None), asyncio.Event):
                     waiters.append(asyncio.ensure_future(inner.stopped.wait()))
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -79,13 +83,16 @@ async def _serve_until_signal(*daemons: Any) -> int:
 
 
 def master(args: argparse.Namespace) -> int:
-    cfg = _load(args, {
-        "master.listen": args.listen,
-        "master.zk": args.zk,
-        "master.allocator.name": args.allocator,
-        "master.allocation_interval": args.allocation_interval,
-        "master.offer_timeout": args.offer_timeout,
-    })
+    cfg = _load(
+        args,
+        {
+            "master.listen": args.listen,
+            "master.zk": args.zk,
+            "master.allocator.name": args.allocator,
+            "master.allocation_interval": args.allocation_interval,
+            "master.offer_timeout": args.offer_timeout,
+        },
+    )
     from ..master import Master
 
     daemon = Master(cfg.master, load_plugins())
@@ -123,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = _load(args, {"agent.master": args.master})
     from .run_task import run_command
 
-    return run_command(cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name,
-                       timeout=args.timeout)
+    return run_command(
+        cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name, timeout=args.timeout
+    )
 
 
 def state(args: argparse.Namespace) -> int:

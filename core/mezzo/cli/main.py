@@ -19,8 +19,11 @@ EPILOG = "Configuration: TOML via --config or $MEZZO_CONFIG; flags override it. 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $MEZZO_CONFIG)")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                   help="log verbosity (TOML log.level; default info)")
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity (TOML log.level; default info)",
+    )
     p.add_argument("--log-format", choices=["console", "json"], help="log line format (TOML log.format)")
 
 
@@ -32,31 +35,66 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("master", help="run a master", epilog=EPILOG,
-                       description="Run the master: tracks agents and frameworks, runs the allocator, sends offers.")
+    p = sub.add_parser(
+        "master",
+        help="run a master",
+        epilog=EPILOG,
+        description="Run the master: tracks agents and frameworks, runs the allocator, sends offers.",
+    )
     _common(p)
-    p.add_argument("--listen", metavar="HOST:PORT", help="address to bind (TOML master.listen; default 127.0.0.1:5050)")
-    p.add_argument("--zk", metavar="zk://HOST:PORT/PATH", help="contend for leadership with the other masters registered there; standby until elected "
-                        "(TOML master.zk)")
-    p.add_argument("--allocator", metavar="NAME", help="allocator component (TOML master.allocator.name; default drf)")
-    p.add_argument("--allocation-interval", type=float, metavar="SECONDS",
-                   help="batch allocation triggers over this long (TOML master.allocation_interval; default 0.1)")
-    p.add_argument("--offer-timeout", type=float, metavar="SECONDS",
-                   help="rescind offers unanswered this long, 0 = never (TOML master.offer_timeout; default 30)")
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help="address to bind (TOML master.listen; default 127.0.0.1:5050)"
+    )
+    p.add_argument(
+        "--zk",
+        metavar="zk://HOST:PORT/PATH",
+        help="contend for leadership with the other masters registered there; standby until elected "
+        "(TOML master.zk)",
+    )
+    p.add_argument(
+        "--allocator", metavar="NAME", help="allocator component (TOML master.allocator.name; default drf)"
+    )
+    p.add_argument(
+        "--allocation-interval",
+        type=float,
+        metavar="SECONDS",
+        help="batch allocation triggers over this long (TOML master.allocation_interval; default 0.1)",
+    )
+    p.add_argument(
+        "--offer-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="rescind offers unanswered this long, 0 = never (TOML master.offer_timeout; default 30)",
+    )
     p.set_defaults(func=commands.master)
 
-    p = sub.add_parser("agent", help="run an agent", epilog=EPILOG,
-                       description="Run an agent: advertises this machine's resources and runs tasks in containers.")
+    p = sub.add_parser(
+        "agent",
+        help="run an agent",
+        epilog=EPILOG,
+        description="Run an agent: advertises this machine's resources and runs tasks in containers.",
+    )
     _common(p)
     _agent_flags(p)
-    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH",
-                   help="master to register with, or the ZooKeeper its masters elect through "
-                        "(TOML agent.master; default 127.0.0.1:5050)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="address to bind for executors (TOML agent.listen; default 127.0.0.1:5051)")
+    p.add_argument(
+        "--master",
+        metavar="HOST:PORT|zk://HOST:PORT/PATH",
+        help="master to register with, or the ZooKeeper its masters elect through "
+        "(TOML agent.master; default 127.0.0.1:5050)",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="address to bind for executors (TOML agent.listen; default 127.0.0.1:5051)",
+    )
     p.set_defaults(func=commands.agent)
 
-    p = sub.add_parser("local", help="run a master and N agents in one process", epilog=EPILOG,
-                       description="Run a whole cluster on this machine: a master and N agents on loopback.")
+    p = sub.add_parser(
+        "local",
+        help="run a master and N agents in one process",
+        epilog=EPILOG,
+        description="Run a whole cluster on this machine: a master and N agents on loopback.",
+    )
     _common(p)
     _agent_flags(p)
     p.add_argument("--agents", type=int, default=3, metavar="N", help="number of agents (default 3)")
@@ -64,38 +102,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allocator", metavar="NAME", help="allocator component (default drf)")
     p.set_defaults(func=commands.local)
 
-    p = sub.add_parser("run", help="run one command as a task", epilog=EPILOG,
-                       description="Run CMD as one task (like mesos-execute): shows its state changes and output "
-                                   "and exits with the task's exit status.")
+    p = sub.add_parser(
+        "run",
+        help="run one command as a task",
+        epilog=EPILOG,
+        description="Run CMD as one task (like mesos-execute): shows its state changes and output "
+        "and exits with the task's exit status.",
+    )
     _common(p)
-    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH", default=None,
-                   help="master, or the ZooKeeper its masters elect through (default 127.0.0.1:5050)")
+    p.add_argument(
+        "--master",
+        metavar="HOST:PORT|zk://HOST:PORT/PATH",
+        default=None,
+        help="master, or the ZooKeeper its masters elect through (default 127.0.0.1:5050)",
+    )
     p.add_argument("--cpus", type=float, default=1.0, help="cpus for the task (default 1)")
     p.add_argument("--mem", type=float, default=128.0, metavar="MB", help="memory in MB (default 128)")
     p.add_argument("--name", default="mezzo-run", help="framework and task name (default mezzo-run)")
-    p.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS",
-                   help="give up (exit 124) if the task has not ended after this long; 0 = wait forever")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="give up (exit 124) if the task has not ended after this long; 0 = wait forever",
+    )
+    p.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments"
+    )
     p.set_defaults(func=commands.run)
 
-    p = sub.add_parser("state", help="print the master's state as JSON", epilog=EPILOG,
-                       description="Print the master's state (agents, frameworks with allocations and dominant "
-                                   "shares, tasks, outstanding offers) as JSON.")
+    p = sub.add_parser(
+        "state",
+        help="print the master's state as JSON",
+        epilog=EPILOG,
+        description="Print the master's state (agents, frameworks with allocations and dominant "
+        "shares, tasks, outstanding offers) as JSON.",
+    )
     _common(p)
-    p.add_argument("--master", metavar="HOST:PORT|zk://HOST:PORT/PATH", default=None,
-                   help="master, or the ZooKeeper its masters elect through: asks the leader "
-                        "(default 127.0.0.1:5050)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)")
-    p.add_argument("--agent", metavar="HOST:PORT", default=None,
-                   help="print this agent's container statistics (usage measured by its isolators) instead")
-    p.add_argument("--metrics", action="store_true",
-                   help="print only the master's counters (messages in and out, allocation cycles, CPU, memory), "
-                        "which cost the master next to nothing at any cluster size")
+    p.add_argument(
+        "--master",
+        metavar="HOST:PORT|zk://HOST:PORT/PATH",
+        default=None,
+        help="master, or the ZooKeeper its masters elect through: asks the leader (default 127.0.0.1:5050)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)"
+    )
+    p.add_argument(
+        "--agent",
+        metavar="HOST:PORT",
+        default=None,
+        help="print this agent's container statistics (usage measured by its isolators) instead",
+    )
+    p.add_argument(
+        "--metrics",
+        action="store_true",
+        help="print only the master's counters (messages in and out, allocation cycles, CPU, memory), "
+        "which cost the master next to nothing at any cluster size",
+    )
     p.set_defaults(func=commands.state)
 
-    p = sub.add_parser("plugins", help="list installed plugins and their components", epilog=EPILOG,
-                       description="List installed mezzo plugins and the components (allocators, isolators, "
-                                   "offer filters) each registers.")
+    p = sub.add_parser(
+        "plugins",
+        help="list installed plugins and their components",
+        epilog=EPILOG,
+        description="List installed mezzo plugins and the components (allocators, isolators, "
+        "offer filters) each registers.",
+    )
     _common(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=commands.plugins)
@@ -103,10 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _agent_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--resources", metavar="SPEC",
-                   help="resources, Mesos syntax: 'cpus:4;mem:4096;ports:[31000-32000]' (default: detected)")
+    p.add_argument(
+        "--resources",
+        metavar="SPEC",
+        help="resources, Mesos syntax: 'cpus:4;mem:4096;ports:[31000-32000]' (default: detected)",
+    )
     p.add_argument("--attributes", metavar="SPEC", help="attributes, 'rack:r1;zone:z2'")
-    p.add_argument("--work-dir", metavar="DIR", help="sandboxes live here (TOML agent.work_dir; default /tmp/mezzo/agent)")
+    p.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="sandboxes live here (TOML agent.work_dir; default /tmp/mezzo/agent)",
+    )
     p.add_argument("--isolation", metavar="NAMES", help="comma-separated isolator components (default posix)")
     p.add_argument("--hostname", help="hostname reported to the master (default: this machine's)")
 

@@ -31,8 +31,9 @@ def _report(fields: dict) -> None:
 
 
 async def _run_agents(args: argparse.Namespace) -> None:
-    pool = EmulatedAgentPool(args.master, args.count, args.resources,
-                             agents_per_connection=args.per_connection)
+    pool = EmulatedAgentPool(
+        args.master, args.count, args.resources, agents_per_connection=args.per_connection
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -46,17 +47,30 @@ async def _run_agents(args: argparse.Namespace) -> None:
             await asyncio.wait_for(stop.wait(), args.report_every)
         except TimeoutError:
             pass
-        _report({"registered": pool.registered_count, "running": pool.running,
-                 "updates_sent": pool.updates_sent, "all_registered_at": pool.all_registered_at,
-                 "started_over": pool.started_over, "not_leader": pool.not_leader})
+        _report(
+            {
+                "registered": pool.registered_count,
+                "running": pool.running,
+                "updates_sent": pool.updates_sent,
+                "all_registered_at": pool.all_registered_at,
+                "started_over": pool.started_over,
+                "not_leader": pool.not_leader,
+            }
+        )
     await pool.stop()
 
 
 def _run_frameworks(args: argparse.Namespace) -> None:
-    pool = EmulatedFrameworkPool(args.master, args.count, args.task,
-                                 normal_duration(args.duration, args.stddev, seed=args.seed),
-                                 name_prefix=args.name_prefix, tasks_per_offer=args.tasks_per_offer,
-                                 max_tasks=args.max_tasks, refuse_seconds=args.refuse_seconds)
+    pool = EmulatedFrameworkPool(
+        args.master,
+        args.count,
+        args.task,
+        normal_duration(args.duration, args.stddev, seed=args.seed),
+        name_prefix=args.name_prefix,
+        tasks_per_offer=args.tasks_per_offer,
+        max_tasks=args.max_tasks,
+        refuse_seconds=args.refuse_seconds,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # Set from another thread: Event.set() inside a handler deadlocks if the signal
@@ -68,9 +82,15 @@ def _run_frameworks(args: argparse.Namespace) -> None:
         time.sleep(0.05)
     _report({"registered": pool.registered_count()})
     while not stop.wait(args.report_every):
-        _report({"registered": pool.registered_count(), **pool.counts(),
-                 "first_offer_at": pool.first_offer_at(), "all_registered_at": pool.all_registered_at(),
-                 "offered_since_registered_at": pool.offered_since_registered_at()})
+        _report(
+            {
+                "registered": pool.registered_count(),
+                **pool.counts(),
+                "first_offer_at": pool.first_offer_at(),
+                "all_registered_at": pool.all_registered_at(),
+                "offered_since_registered_at": pool.offered_since_registered_at(),
+            }
+        )
     pool.stop()
 
 
@@ -81,25 +101,42 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--master", required=True, help="the master's HOST:PORT")
     common.add_argument("--count", type=int, required=True, help="how many agents or frameworks")
     common.add_argument("--report-every", type=float, default=1.0, help="seconds between JSON lines")
-    common.add_argument("--register-timeout", type=float, default=300.0,
-                        help="seconds to wait for every registration before the first line")
+    common.add_argument(
+        "--register-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for every registration before the first line",
+    )
     common.add_argument("--log-level", default="warning", help="debug, info, warning or error")
     agents = sub.add_parser("agents", parents=[common], help="emulated agents")
     agents.add_argument("--resources", default="cpus:2;mem:2048", help="each agent's resources")
-    agents.add_argument("--per-connection", type=int, default=10,
-                        help="agents sharing one connection (a process may hold only so many sockets)")
+    agents.add_argument(
+        "--per-connection",
+        type=int,
+        default=10,
+        help="agents sharing one connection (a process may hold only so many sockets)",
+    )
     frameworks = sub.add_parser("frameworks", parents=[common], help="emulated frameworks")
     frameworks.add_argument("--task", default="cpus:1;mem:1024", help="each task's resources")
     frameworks.add_argument("--duration", type=float, default=30.0, help="mean task seconds")
     frameworks.add_argument("--stddev", type=float, default=10.0, help="task seconds' standard deviation")
     frameworks.add_argument("--seed", type=int, default=None, help="seed of the task durations")
     frameworks.add_argument("--name-prefix", default="emulated", help="framework names are PREFIX-N")
-    frameworks.add_argument("--tasks-per-offer", type=int, default=1,
-                            help="tasks launched on one offer at most (0: as many as fit)")
-    frameworks.add_argument("--refuse-seconds", type=float, default=None,
-                            help="refuse filter sent with launches and declines (default: the master's)")
-    frameworks.add_argument("--max-tasks", type=int, default=None,
-                            help="tasks each framework launches in all (default: no limit)")
+    frameworks.add_argument(
+        "--tasks-per-offer",
+        type=int,
+        default=1,
+        help="tasks launched on one offer at most (0: as many as fit)",
+    )
+    frameworks.add_argument(
+        "--refuse-seconds",
+        type=float,
+        default=None,
+        help="refuse filter sent with launches and declines (default: the master's)",
+    )
+    frameworks.add_argument(
+        "--max-tasks", type=int, default=None, help="tasks each framework launches in all (default: no limit)"
+    )
     args = parser.parse_args(argv)
     mezzo_log.configure(args.log_level)
     tune_gc()  # tens of thousands of agents or tasks: keep full collections off the hot path

@@ -87,16 +87,23 @@ class EmulatedAgent:
         """Per task, the update waiting for the one in flight (one at most: the terminal one)."""
 
     def info(self) -> AgentInfo:
-        return AgentInfo(agent_id=self.agent_id, hostname=f"emulated-{self.index}", port=5051,
-                         resources=self.pool.resources, attributes={"emulated": "true"})
+        return AgentInfo(
+            agent_id=self.agent_id,
+            hostname=f"emulated-{self.index}",
+            port=5051,
+            resources=self.pool.resources,
+            attributes={"emulated": "true"},
+        )
 
     def register(self, master: Any) -> None:
         if not self.agent_id:
             master.register_agent(self.info())
         else:
             held = {**self.ending, **self.tasks}
-            running = [RunningTask(framework_id=f, task=t, latest=self.latest.get((f, t.task_id)))
-                       for (f, _), t in held.items()]
+            running = [
+                RunningTask(framework_id=f, task=t, latest=self.latest.get((f, t.task_id)))
+                for (f, _), t in held.items()
+            ]
             infos = self.pool.framework_infos
             frameworks = [infos[f] for f in {f for f, _ in held} if f in infos]
             master.reregister_agent(self.info(), running, [], frameworks)
@@ -167,11 +174,20 @@ class EmulatedAgent:
             return True
         return False
 
-    def _update(self, framework_id: str, task: TaskInfo, state: int, *, reason: str = "",
-                message: str = "") -> None:
-        status = TaskStatus(task_id=task.task_id, state=state, source="agent", agent_id=self.agent_id,
-                            framework_id=framework_id, uuid=os.urandom(16).hex(), timestamp=time.time(),
-                            reason=reason, message=message)
+    def _update(
+        self, framework_id: str, task: TaskInfo, state: int, *, reason: str = "", message: str = ""
+    ) -> None:
+        status = TaskStatus(
+            task_id=task.task_id,
+            state=state,
+            source="agent",
+            agent_id=self.agent_id,
+            framework_id=framework_id,
+            uuid=os.urandom(16).hex(),
+            timestamp=time.time(),
+            reason=reason,
+            message=message,
+        )
         key = (framework_id, task.task_id)
         self.latest[key] = status
         # Like a real agent: one update in flight per task, the next waits for its
@@ -261,7 +277,9 @@ class _AgentConnection:
             self.owner[(framework.framework_id, task.task_id)] = agent
             agent.run_task(framework.framework_id, task)
 
-    def kill_task(self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None) -> None:
+    def kill_task(
+        self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None
+    ) -> None:
         # An emulated task is a timer: it stops at once, whatever grace the kill allows.
         agent = self.owner.get((framework_id, task_id))
         if agent is not None:
@@ -274,14 +292,17 @@ class _AgentConnection:
             if key[0] == framework_id:
                 agent.finish(key, TaskState.TASK_KILLED)
 
-    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str,
-                                   uuid_: str) -> None:
+    def status_update_acknowledged(
+        self, conn: Connection, framework_id: str, task_id: str, uuid_: str
+    ) -> None:
         key = (framework_id, task_id)
         agent = self.owner.get(key)
         if agent is not None and agent.acknowledged(key, uuid_):
             del self.owner[key]
 
-    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+    def framework_to_executor(
+        self, conn: Connection, framework_id: str, executor_id: str, data: bytes
+    ) -> None:
         pass  # emulated agents run no executors
 
     def error(self, conn: Connection, message: str) -> None:
@@ -296,11 +317,15 @@ class _AgentConnection:
         self._refused = conn
         self.pool.not_leader += 1
         address = self.address
-        if address is not None and (self.pool.target.current() == address or leader == f"{address[0]}:{address[1]}"):
+        if address is not None and (
+            self.pool.target.current() == address or leader == f"{address[0]}:{address[1]}"
+        ):
             # ZooKeeper names this master already (as we or it see it), and our calls beat its
             # takeover by a few milliseconds (it answers with the leader it knew, or itself):
             # try it again shortly rather than after a whole redial interval.
-            self.takeover_wait = min(max(self.takeover_wait * 2, TAKEOVER_RETRY_SECONDS), self.pool.redial_interval)
+            self.takeover_wait = min(
+                max(self.takeover_wait * 2, TAKEOVER_RETRY_SECONDS), self.pool.redial_interval
+            )
         conn.close()  # redialled at whoever leads
 
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
@@ -363,16 +388,23 @@ class EmulatedAgentPool:
     """``count`` emulated agents dialling ``master``, ``agents_per_connection`` to a
     connection (a process may hold only so many sockets); see the module docstring."""
 
-    def __init__(self, master: str, count: int, resources: str = "cpus:4;mem:8192",
-                 *, agents_per_connection: int = 1, dial_concurrency: int = 200,
-                 redial_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        master: str,
+        count: int,
+        resources: str = "cpus:4;mem:8192",
+        *,
+        agents_per_connection: int = 1,
+        dial_concurrency: int = 200,
+        redial_interval: float = 0.5,
+    ) -> None:
         self.target = peer_address(master, 5050)
         self.framework_infos: dict[str, Any] = {}
         """FrameworkInfo of every framework that ran tasks here, for re-registration."""
         self.resources = Resources.parse(resources)
         self.agents = [EmulatedAgent(self, i) for i in range(count)]
         per = max(1, agents_per_connection)
-        self.links = [_AgentConnection(self, self.agents[i:i + per]) for i in range(0, count, per)]
+        self.links = [_AgentConnection(self, self.agents[i : i + per]) for i in range(0, count, per)]
         self.dial_concurrency = dial_concurrency
         self.redial_interval = redial_interval
         self.stopping = False

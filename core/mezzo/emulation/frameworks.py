@@ -40,8 +40,9 @@ ENDED_WINDOW = 100_000
 """Ended tasks each emulated scheduler remembers to count duplicate terminal updates."""
 
 
-def normal_duration(mean: float, stddev: float, *, seed: int | None = None,
-                    minimum: float = 0.1) -> Callable[[], float]:
+def normal_duration(
+    mean: float, stddev: float, *, seed: int | None = None, minimum: float = 0.1
+) -> Callable[[], float]:
     """Task durations drawn from Normal(mean, stddev), never below ``minimum`` seconds."""
     rng = random.Random(seed)
     return lambda: max(minimum, rng.gauss(mean, stddev))
@@ -49,9 +50,14 @@ def normal_duration(mean: float, stddev: float, *, seed: int | None = None,
 
 def emulated_task(task_id: str, agent_id: str, resources: Resources, seconds: float) -> TaskInfo:
     """A task that emulated agents "run" for ``seconds`` and real agents run as ``sleep``."""
-    return TaskInfo(task_id=task_id, name=task_id, agent_id=agent_id, resources=resources,
-                    command=CommandInfo(value=f"sleep {seconds:.3f}", shell=True),
-                    labels={"duration": f"{seconds:.3f}"})
+    return TaskInfo(
+        task_id=task_id,
+        name=task_id,
+        agent_id=agent_id,
+        resources=resources,
+        command=CommandInfo(value=f"sleep {seconds:.3f}", shell=True),
+        labels={"duration": f"{seconds:.3f}"},
+    )
 
 
 class EmulatedScheduler(Scheduler):
@@ -61,13 +67,22 @@ class EmulatedScheduler(Scheduler):
     plain int, so a reader sees a recent value without locking.
     """
 
-    def __init__(self, name: str, per_task: Resources, duration: Callable[[], float], *,
-                 tasks_per_offer: int = 1, max_tasks: int | None = None,
-                 refuse_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        per_task: Resources,
+        duration: Callable[[], float],
+        *,
+        tasks_per_offer: int = 1,
+        max_tasks: int | None = None,
+        refuse_seconds: float | None = None,
+    ) -> None:
         if tasks_per_offer < 0 or (tasks_per_offer == 0 and not per_task):
             # 0 fills the offer: with tasks of no resources that would never end.
-            raise ValueError(f"tasks_per_offer must be >= 0, and 0 needs tasks with resources; "
-                             f"got {tasks_per_offer} tasks of {per_task or 'nothing'}")
+            raise ValueError(
+                f"tasks_per_offer must be >= 0, and 0 needs tasks with resources; "
+                f"got {tasks_per_offer} tasks of {per_task or 'nothing'}"
+            )
         self.name = name
         self.per_task = per_task
         self.duration = duration
@@ -122,13 +137,15 @@ class EmulatedScheduler(Scheduler):
         per_task = self.per_task
         for offer in offers:
             self.offers += 1
-            tasks = []
+            tasks: list[TaskInfo] = []
             left = offer.resources
             while per_task.fits_in(left) and (self.tasks_per_offer == 0 or len(tasks) < self.tasks_per_offer):
                 if self.max_tasks is not None and self.launched + len(tasks) >= self.max_tasks:
                     break
                 self._ids += 1
-                tasks.append(emulated_task(f"{self.name}-{self._ids}", offer.agent_id, per_task, self.duration()))
+                tasks.append(
+                    emulated_task(f"{self.name}-{self._ids}", offer.agent_id, per_task, self.duration())
+                )
                 left = left - per_task
             if not tasks:
                 self.declined += 1
@@ -171,15 +188,30 @@ class EmulatedFrameworkPool:
     """``count`` :class:`EmulatedScheduler` frameworks, each with its own driver,
     all in this process."""
 
-    def __init__(self, master: str, count: int, per_task: str | Resources = "cpus:1;mem:1024",
-                 duration: Callable[[], float] | None = None, *, name_prefix: str = "emulated",
-                 role: str = "*", tasks_per_offer: int = 1, max_tasks: int | None = None,
-                 refuse_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        master: str,
+        count: int,
+        per_task: str | Resources = "cpus:1;mem:1024",
+        duration: Callable[[], float] | None = None,
+        *,
+        name_prefix: str = "emulated",
+        role: str = "*",
+        tasks_per_offer: int = 1,
+        max_tasks: int | None = None,
+        refuse_seconds: float | None = None,
+    ) -> None:
         per = per_task if isinstance(per_task, Resources) else Resources.parse(per_task)
         duration = duration or normal_duration(30.0, 10.0)
         self.schedulers = [
-            EmulatedScheduler(f"{name_prefix}-{i}", per, duration, tasks_per_offer=tasks_per_offer,
-                              max_tasks=max_tasks, refuse_seconds=refuse_seconds)
+            EmulatedScheduler(
+                f"{name_prefix}-{i}",
+                per,
+                duration,
+                tasks_per_offer=tasks_per_offer,
+                max_tasks=max_tasks,
+                refuse_seconds=refuse_seconds,
+            )
             for i in range(count)
         ]
         self.drivers = [
@@ -195,8 +227,17 @@ class EmulatedFrameworkPool:
 
     def counts(self) -> dict[str, int]:
         """Totals over every framework: offers, launched, running, finished, failed, declined."""
-        out = {"offers": 0, "launched": 0, "running": 0, "finished": 0, "failed": 0, "declined": 0,
-               "duplicates": 0, "registrations": 0, "reregistrations": 0}
+        out = {
+            "offers": 0,
+            "launched": 0,
+            "running": 0,
+            "finished": 0,
+            "failed": 0,
+            "declined": 0,
+            "duplicates": 0,
+            "registrations": 0,
+            "reregistrations": 0,
+        }
         for s in self.schedulers:
             out["offers"] += s.offers
             out["launched"] += s.launched
@@ -260,8 +301,10 @@ class ProbeFramework(Scheduler):
                 continue
             self._launched = True
             self.times["offered"] = time.monotonic()
-            driver.launch_tasks(offer.offer_id,
-                                emulated_task(f"{self.name}-task", offer.agent_id, self.per_task, self.seconds))
+            driver.launch_tasks(
+                offer.offer_id,
+                emulated_task(f"{self.name}-task", offer.agent_id, self.per_task, self.seconds),
+            )
             # One task is all it wants: stop the master from offering more.
             driver.set_needs_offers(False)
 
@@ -278,8 +321,14 @@ class ProbeFramework(Scheduler):
         self.done.set()
 
 
-def run_probe(master: str, per_task: str | Resources = "cpus:1;mem:1024", seconds: float = 10.0,
-              *, timeout: float = 120.0, name: str = "probe") -> ProbeFramework:
+def run_probe(
+    master: str,
+    per_task: str | Resources = "cpus:1;mem:1024",
+    seconds: float = 10.0,
+    *,
+    timeout: float = 120.0,
+    name: str = "probe",
+) -> ProbeFramework:
     """Run one :class:`ProbeFramework` to the end and return it (``times``, ``outcome``).
 
     Raises :class:`TimeoutError` when its task has not ended within ``timeout``.
@@ -291,7 +340,9 @@ def run_probe(master: str, per_task: str | Resources = "cpus:1;mem:1024", second
     driver.start()
     try:
         if not probe.done.wait(timeout):
-            raise TimeoutError(f"probe task did not end within {timeout} s (steps so far: {sorted(probe.times)})")
+            raise TimeoutError(
+                f"probe task did not end within {timeout} s (steps so far: {sorted(probe.times)})"
+            )
     finally:
         driver.stop()
         driver.join()

@@ -8,7 +8,10 @@ in one call into the C accelerator.
 
 Decoding mirrors it: the header is parsed with one ``struct`` call and the method
 found by its name's bytes, then the struct is decoded by one call into the C
-accelerator. Going through ``TBinaryProtocol.readMessageBegin`` instead cost
+accelerator. An argument the sender left out arrives as its type's empty value
+(``""``, ``b""``, ``0``, ``False``, an empty list, set or map), so handlers need no
+structural checks of their own; only a struct argument left out arrives as None,
+since "absent" may mean something there (no filters, no kill policy). Going through ``TBinaryProtocol.readMessageBegin`` instead cost
 twice as much per message (5.8 µs against 2.7 µs for a status update), and the
 scale benchmark handles tens of thousands of messages a second.
 """
@@ -23,7 +26,7 @@ from typing import Any
 
 from thrift.protocol import fastbinary
 from thrift.protocol.TBinaryProtocol import TBinaryProtocol
-from thrift.Thrift import TMessageType
+from thrift.Thrift import TMessageType, TType
 from thrift.transport.TTransport import TMemoryBuffer
 
 from .framing import DEFAULT_MAX_FRAME, frame
@@ -51,14 +54,36 @@ class _Limits:
         self.container_length_limit = limit
 
 
-class _Method:
-    __slots__ = ("args_cls", "fields", "header", "name", "spec", "values")
+_BLANKS: dict[int, Callable[[Any], Any]] = {
+    TType.BOOL: lambda args: False,
+    TType.BYTE: lambda args: 0,
+    TType.I16: lambda args: 0,
+    TType.I32: lambda args: 0,
+    TType.I64: lambda args: 0,
+    TType.DOUBLE: lambda args: 0.0,
+    TType.STRING: lambda args: b"" if args == "BINARY" else "",
+}
+"""The value a left-out argument of each immutable Thrift type gets (given the field's type arguments)."""
 
-    def __init__(self, name: str, args_cls: type) -> None:
+_CONTAINERS: dict[int, Callable[[], Any]] = {TType.LIST: list, TType.SET: set, TType.MAP: dict}
+"""The same for containers: a fresh one each time, since a handler may keep it."""
+
+
+class _Method:
+    __slots__ = ("args_cls", "blanks", "containers", "fields", "header", "name", "spec", "values")
+
+    # args_cls is a Thrift-generated struct class: untyped, with a class attribute
+    # thrift_spec that describes its fields.
+    def __init__(self, name: str, args_cls: type[Any]) -> None:
         self.name = name
         self.args_cls = args_cls
         self.spec = [args_cls, args_cls.thrift_spec]
         self.fields = tuple(f[2] for f in args_cls.thrift_spec if f is not None)
+        spec = [f for f in args_cls.thrift_spec if f is not None]
+        self.blanks = tuple((f[2], _BLANKS[f[1]](f[3])) for f in spec if f[1] in _BLANKS)
+        """(name, value) of the arguments of immutable types, for when they are left out."""
+        self.containers = tuple((f[2], _CONTAINERS[f[1]]) for f in spec if f[1] in _CONTAINERS)
+        """(name, factory) of the container arguments, likewise."""
         # The positional arguments of a decoded call, in one C call.
         if len(self.fields) == 1:
             only = self.fields[0]
@@ -68,9 +93,11 @@ class _Method:
         else:
             self.values = lambda args: ()
         encoded = name.encode("utf-8")
-        self.header = struct.pack(
-            "!iI", TBinaryProtocol.VERSION_1 | TMessageType.ONEWAY, len(encoded)
-        ) + encoded + struct.pack("!i", 0)
+        self.header = (
+            struct.pack("!iI", TBinaryProtocol.VERSION_1 | TMessageType.ONEWAY, len(encoded))
+            + encoded
+            + struct.pack("!i", 0)
+        )
 
 
 class ServiceSchema:
@@ -135,6 +162,12 @@ class ServiceSchema:
             raise MalformedMessage(f"undecodable arguments of {name!r}: {exc!r}") from None
         finally:
             limits.trans = None
+        for field, blank in m.blanks:
+            if getattr(args, field) is None:
+                setattr(args, field, blank)
+        for field, empty in m.containers:
+            if getattr(args, field) is None:
+                setattr(args, field, empty())
         return name, m.values(args)
 
 

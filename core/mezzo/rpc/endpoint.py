@@ -15,7 +15,6 @@ from .codec import ServiceSchema
 from .connection import Connection
 from .framing import DEFAULT_MAX_FRAME
 
-
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
 

@@ -39,8 +39,13 @@ class LeaderDetector:
     """The current leader of ``url``; ``on_change(address or None)`` runs on kazoo's
     thread whenever it changes (None: no master is leading)."""
 
-    def __init__(self, url: ZkUrl | str, on_change: Callable[[str | None], None] | None = None, *,
-                 session_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: ZkUrl | str,
+        on_change: Callable[[str | None], None] | None = None,
+        *,
+        session_timeout: float = 10.0,
+    ) -> None:
         self.url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
         self._listeners: list[Callable[[str | None], None]] = [on_change] if on_change is not None else []
         self._zk = KazooClient(hosts=self.url.hosts, timeout=session_timeout)
@@ -77,7 +82,8 @@ class LeaderDetector:
         """
         with self._changed:
             ok = self._changed.wait_for(
-                lambda: self._leader is not None and self._leader != other_than, timeout)
+                lambda: self._leader is not None and self._leader != other_than, timeout
+            )
             if not ok:
                 raise TimeoutError(f"no master leads {self.url} after {timeout:g} s")
             return self._leader  # type: ignore[return-value]

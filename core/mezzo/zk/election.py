@@ -43,8 +43,15 @@ class LeaderElection:
     starting with ``on_elected``. They must not block: hand the news to your loop.
     """
 
-    def __init__(self, url: ZkUrl | str, address: str, *, on_elected: Callable[[], None],
-                 on_demoted: Callable[[str], None], session_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: ZkUrl | str,
+        address: str,
+        *,
+        on_elected: Callable[[], None],
+        on_demoted: Callable[[str], None],
+        session_timeout: float = 10.0,
+    ) -> None:
         self.url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
         self.address = address
         self._on_elected = on_elected

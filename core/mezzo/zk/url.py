@@ -27,7 +27,7 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
     """Parse ``zk://host:port[,host:port...]/path``; :class:`ConfigError` naming ``key`` if malformed."""
     if not isinstance(text, str) or not text.startswith("zk://"):
         raise ConfigError(key, f"expected zk://HOST:PORT[,HOST:PORT...]/PATH, got {text!r}")
-    rest = text[len("zk://"):]
+    rest = text[len("zk://") :]
     hosts, slash, path = rest.partition("/")
     if not hosts:
         raise ConfigError(key, f"{text!r}: no ZooKeeper host before the path")

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import structlog
+
 from mezzo.hookspecs import Container, Isolator
 from mezzo.resources import Resources
 from mezzo.setting_checks import reject_unknown
@@ -63,7 +64,8 @@ class CgroupIsolator(Isolator):
             self.mounts = self.backend.require(self.needs())
         except self.backend.CgroupsUnavailable as exc:
             raise self.backend.CgroupsUnavailable(
-                f"isolator {self.name!r} cannot run on this machine: {exc}") from None
+                f"isolator {self.name!r} cannot run on this machine: {exc}"
+            ) from None
         self.log = log.bind(isolator=self.name)
 
     # -- what a subclass provides ------------------------------------------
@@ -119,20 +121,27 @@ class CgroupIsolator(Isolator):
     async def cleanup(self, container: Container) -> None:
         killed = await self.backend.destroy(self.cgroups(container.container_id), self.destroy_timeout)
         if killed:
-            self.log.info("killed processes left in the container's cgroups",
-                          container=container.container_id, count=killed)
+            self.log.info(
+                "killed processes left in the container's cgroups",
+                container=container.container_id,
+                count=killed,
+            )
 
     async def recover(self, containers: list[Container]) -> None:
         known = {c.container_id for c in containers}
-        stale = set()
+        stale: set[str] = set()
         for mount in self._hierarchies():
             stale.update(name for name in self.backend.children(mount, self.root) if name not in known)
         for name in sorted(stale):
             try:
                 killed = await self.backend.destroy(self.cgroups(name), self.destroy_timeout)
             except self.backend.CgroupError as exc:
-                self.log.error("cannot remove the cgroups of a container from an earlier run", container=name,
-                               error=str(exc))
+                self.log.error(
+                    "cannot remove the cgroups of a container from an earlier run",
+                    container=name,
+                    error=str(exc),
+                )
                 continue
-            self.log.info("removed the cgroups of a container from an earlier run",
-                          container=name, killed=killed)
+            self.log.info(
+                "removed the cgroups of a container from an earlier run", container=name, killed=killed
+            )

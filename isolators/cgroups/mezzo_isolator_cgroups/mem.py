@@ -50,8 +50,12 @@ class MemIsolator(CgroupIsolator):
         self.limit_swap = boolean(settings, key, "limit_swap", False)
 
     def needs(self) -> dict[str, list[str]]:
-        files = ["memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control",
-                 "cgroup.event_control"]
+        files = [
+            "memory.limit_in_bytes",
+            "memory.max_usage_in_bytes",
+            "memory.oom_control",
+            "cgroup.event_control",
+        ]
         if self.limit_swap:
             files.append("memory.memsw.limit_in_bytes")
         return {"memory": files}
@@ -60,8 +64,9 @@ class MemIsolator(CgroupIsolator):
         return int(max(resources.get("mem"), self.min_mb) * MB)
 
     def configure(self, container_id: str, resources: Resources) -> None:
-        self.backend.set_memory_limit(self.cgroup("memory", container_id), self.limit_bytes(resources),
-                                      with_swap=self.limit_swap)
+        self.backend.set_memory_limit(
+            self.cgroup("memory", container_id), self.limit_bytes(resources), with_swap=self.limit_swap
+        )
 
     # -- OOM ------------------------------------------------------------------
 
@@ -84,8 +89,12 @@ class MemIsolator(CgroupIsolator):
             limit = _mb(self.backend.memory_limit(cg))
         except self.backend.CgroupError:
             limit = None  # already gone
-        self.log.warning("container reached its memory limit; killing it", container=container.container_id,
-                         limit_mb=limit, killed=killed)
+        self.log.warning(
+            "container reached its memory limit; killing it",
+            container=container.container_id,
+            limit_mb=limit,
+            killed=killed,
+        )
 
     # -- the Isolator contract ------------------------------------------------
 
@@ -107,11 +116,13 @@ class MemIsolator(CgroupIsolator):
         except self.backend.CgroupError as exc:
             if exc.errno != errno.EBUSY:
                 raise
-            self.log.warning("cannot lower the memory limit below what the container uses; "
-                             "keeping the old one",
-                             container=container.container_id, wanted_mb=_mb(limit),
-                             limit_mb=_mb(self.backend.memory_limit(cg)),
-                             usage_mb=_mb(self.backend.memory_stats(cg)["mem_bytes"]))
+            self.log.warning(
+                "cannot lower the memory limit below what the container uses; keeping the old one",
+                container=container.container_id,
+                wanted_mb=_mb(limit),
+                limit_mb=_mb(self.backend.memory_limit(cg)),
+                usage_mb=_mb(self.backend.memory_stats(cg)["mem_bytes"]),
+            )
 
     async def limitation(self, container: Container) -> Limitation | None:
         cg = self.cgroup("memory", container.container_id)
@@ -124,7 +135,7 @@ class MemIsolator(CgroupIsolator):
         return Limitation(
             reason="memory_limit",
             message=f"memory limit of {_mb(limit):g} MB reached: the kernel's OOM killer ended the container "
-                    f"(peak {_mb(peak):.1f} MB)",
+            f"(peak {_mb(peak):.1f} MB)",
         )
 
     async def usage(self, container: Container) -> dict[str, float]:

@@ -33,8 +33,9 @@ def boolean(settings: Mapping[str, Any], key: str, name: str, default: bool) -> 
 def integer(settings: Mapping[str, Any], key: str, name: str, default: int, *, low: int, high: int) -> int:
     value = settings.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(subkey(key, name),
-                          f"expected an integer from {low} to {high}, got {kind_of(value)}")
+        raise ConfigError(
+            subkey(key, name), f"expected an integer from {low} to {high}, got {kind_of(value)}"
+        )
     return value
 
 

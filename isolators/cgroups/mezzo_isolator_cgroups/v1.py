@@ -113,8 +113,10 @@ def require(needs: Mapping[str, Iterable[str]]) -> dict[str, str]:
             raise CgroupsUnavailable(f"the cgroup v1 {controller!r} controller is not mounted: {why}")
         for name in files:
             if not os.path.exists(os.path.join(point, name)):
-                raise CgroupsUnavailable(f"the cgroup v1 {controller!r} hierarchy at {point} has no {name} "
-                                         "(not supported by this kernel)")
+                raise CgroupsUnavailable(
+                    f"the cgroup v1 {controller!r} hierarchy at {point} has no {name} "
+                    "(not supported by this kernel)"
+                )
         if not os.access(point, os.W_OK):
             raise CgroupsUnavailable(f"the cgroup v1 {controller!r} hierarchy at {point} is not writable")
         found[controller] = point
@@ -125,7 +127,7 @@ def valid_root(root: str) -> str | None:
     """Why ``root`` cannot name a parent cgroup (relative, ``/``-separated), or None."""
     parts = root.split("/")
     if not root or root.startswith("/"):
-        return "expected a relative path such as \"mezzo\""
+        return 'expected a relative path such as "mezzo"'
     for part in parts:
         if part in ("", ".", ".."):
             return f"{root!r} has an empty, '.' or '..' component"
@@ -177,14 +179,17 @@ def create(cg: Cgroup) -> None:
         os.makedirs(os.path.dirname(cg.path), exist_ok=True)
         os.mkdir(cg.path)
     except FileExistsError:
-        raise CgroupError(f"cgroup {cg} already exists (left by another container?); not sharing it",
-                          errno.EEXIST) from None
+        raise CgroupError(
+            f"cgroup {cg} already exists (left by another container?); not sharing it", errno.EEXIST
+        ) from None
     except OSError as exc:
         raise CgroupError(f"cannot create cgroup {cg}: {exc.strerror or exc}", exc.errno) from None
     if not os.path.exists(cg.file("cgroup.procs")):
         _rmdir_quietly(cg.path)
-        raise CgroupError(f"{cg} is not in a cgroup hierarchy (no cgroup.procs after mkdir): "
-                          f"was the {cg.controller} hierarchy unmounted?")
+        raise CgroupError(
+            f"{cg} is not in a cgroup hierarchy (no cgroup.procs after mkdir): "
+            f"was the {cg.controller} hierarchy unmounted?"
+        )
 
 
 def joiner(cgroups: Iterable[Cgroup]) -> Callable[[], None]:
@@ -437,8 +442,9 @@ class OomListener:
             self._ofd = os.open(cg.file("memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             os.close(self._efd)
-            raise CgroupError(f"cannot open {cg.file('memory.oom_control')}: {exc.strerror or exc}",
-                              exc.errno) from None
+            raise CgroupError(
+                f"cannot open {cg.file('memory.oom_control')}: {exc.strerror or exc}", exc.errno
+            ) from None
         try:
             _write(cg, "cgroup.event_control", f"{self._efd} {self._ofd}")
         except CgroupError:

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from mezzo.agent.containerizer import Containerizer, RunningContainer
 from mezzo.hookspecs import Container, ContainerLaunch
 from mezzo.resources import Resources
@@ -48,8 +49,11 @@ PREFIX = f"test-{os.getpid()}-"
 
 
 def _leftovers(root: str) -> dict[str, list[str]]:
-    return {mount: v1.children(mount, root) for mount in dict.fromkeys(MOUNTS.values())
-            if v1.children(mount, root)}
+    return {
+        mount: v1.children(mount, root)
+        for mount in dict.fromkeys(MOUNTS.values())
+        if v1.children(mount, root)
+    }
 
 
 def _scrub(root: str) -> dict[str, list[str]]:
@@ -108,14 +112,18 @@ class Harness:
         sandbox = self.tmp / cid
         sandbox.mkdir()
         return Container(
-            container_id=cid, framework_id="fw", executor_id=f"task-{cid[:6]}",
-            resources=Resources.parse(resources), sandbox=str(sandbox),
+            container_id=cid,
+            framework_id="fw",
+            executor_id=f"task-{cid[:6]}",
+            resources=Resources.parse(resources),
+            sandbox=str(sandbox),
             launch=ContainerLaunch(argv=list(argv), env=dict(os.environ), cwd=str(sandbox)),
         )
 
     async def launch(self, containerizer: Containerizer, container: Container) -> RunningContainer:
-        return await containerizer.launch(container, stdout=f"{container.sandbox}/stdout",
-                                          stderr=f"{container.sandbox}/stderr")
+        return await containerizer.launch(
+            container, stdout=f"{container.sandbox}/stdout", stderr=f"{container.sandbox}/stderr"
+        )
 
     async def end(self, containerizer: Containerizer, container: Container, running: RunningContainer) -> int:
         """What the agent does when a container ends: kill the session, wait, clean up."""
@@ -154,9 +162,9 @@ def harness(tmp_path):
     return Harness(tmp_path)
 
 
-SPINNER = ("import os, sys\n"
-           "if len(sys.argv) > 1: os.sched_setaffinity(0, {int(sys.argv[1])})\n"
-           "while True: pass")
+SPINNER = (
+    "import os, sys\nif len(sys.argv) > 1: os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+)
 HOG = "b = []\nwhile True: b.append(b'x' * (1 << 20))"
 
 

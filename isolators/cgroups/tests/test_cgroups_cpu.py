@@ -25,8 +25,9 @@ def test_shares_split_a_contended_core_one_to_three(cgroot, harness, programs):
     containerizer = Containerizer([iso])
 
     async def measure() -> tuple[float, dict]:
-        containers = [harness.container(harness.python(programs["spinner"]) + ["0"], f"cpus:{n};mem:64")
-                      for n in (1, 3)]
+        containers = [
+            harness.container(harness.python(programs["spinner"]) + ["0"], f"cpus:{n};mem:64") for n in (1, 3)
+        ]
         running = [await harness.launch(containerizer, c) for c in containers]
         try:
             await asyncio.sleep(WARM_UP)
@@ -35,9 +36,9 @@ def test_shares_split_a_contended_core_one_to_three(cgroot, harness, programs):
             after = await _cpu_seconds(iso, containers)
             usage = await iso.usage(containers[1])
         finally:
-            for c, r in zip(containers, running):
+            for c, r in zip(containers, running, strict=True):
                 await harness.end(containerizer, c, r)
-        one, three = (a - b for a, b in zip(after, before))
+        one, three = (a - b for a, b in zip(after, before, strict=True))
         assert one > 0.05, f"the 1-cpu spinner barely ran ({one:.3f} s): is CPU 0 saturated?"
         return three / one, usage
 

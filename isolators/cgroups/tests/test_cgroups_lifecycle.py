@@ -9,8 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
-import mezzo
 import pytest
+
+import mezzo
 from mezzo import CommandInfo, Resources, TaskInfo
 from mezzo.agent.containerizer import Containerizer, LaunchError
 from mezzo.testing import LocalProcessCluster
@@ -55,9 +56,18 @@ class LaunchOne(mezzo.Scheduler):
                 driver.decline_offer(offer.offer_id)
                 continue
             self.launched = True
-            driver.launch_tasks([offer.offer_id], [TaskInfo(
-                task_id="t", name="t", agent_id=offer.agent_id, resources=Resources(cpus=1, mem=64),
-                command=CommandInfo(value="true"))])
+            driver.launch_tasks(
+                [offer.offer_id],
+                [
+                    TaskInfo(
+                        task_id="t",
+                        name="t",
+                        agent_id=offer.agent_id,
+                        resources=Resources(cpus=1, mem=64),
+                        command=CommandInfo(value="true"),
+                    )
+                ],
+            )
 
     def status_update(self, driver, status):
         if mezzo.is_terminal(status.state):
@@ -75,9 +85,14 @@ def test_the_agent_fails_the_task_naming_the_isolator(cgroot, harness, tmp_path)
     tables = {f'agent.isolators."{name}"': {"root": cgroot} for name in ("cgroups/cpu", "cgroups/mem")}
     sched = LaunchOne()
     try:
-        with LocalProcessCluster(1, directory=str(tmp_path / "cluster"), master={"allocation_interval": 0.05},
-                                 agent={"isolation": ["posix", "cgroups/cpu", "cgroups/mem"]}, tables=tables,
-                                 agent_resources="cpus:2;mem:1024") as cluster:
+        with LocalProcessCluster(
+            1,
+            directory=str(tmp_path / "cluster"),
+            master={"allocation_interval": 0.05},
+            agent={"isolation": ["posix", "cgroups/cpu", "cgroups/mem"]},
+            tables=tables,
+            agent_resources="cpus:2;mem:1024",
+        ) as cluster:
             driver = mezzo.SchedulerDriver(sched, mezzo.FrameworkInfo(name="cgroups-order"), cluster.master)
             driver.start()
             try:
@@ -87,6 +102,7 @@ def test_the_agent_fails_the_task_naming_the_isolator(cgroot, harness, tmp_path)
     finally:
         subprocess.run(["umount", "-l", memory_root], check=True)
     final = sched.final
+    assert final is not None
     assert mezzo.state_name(final.state) == "TASK_FAILED", final
     assert final.reason == "container_launch_failed"
     assert final.message.startswith("isolator 'cgroups/mem' failed to prepare the container: ")
@@ -101,8 +117,10 @@ def test_cleanup_kills_what_escaped_the_session_and_is_idempotent(cgroot, harnes
 
     async def main() -> int:
         # The leader ends once its child has left the session (setsid, then it writes its pid).
-        escape = 'setsid /bin/sh -c "echo \\$\\$ > tmp && mv tmp escaped && exec sleep 30" &' \
-                 " while [ ! -e escaped ]; do sleep 0.01; done"
+        escape = (
+            'setsid /bin/sh -c "echo \\$\\$ > tmp && mv tmp escaped && exec sleep 30" &'
+            " while [ ! -e escaped ]; do sleep 0.01; done"
+        )
         c = harness.container(["/bin/sh", "-c", escape], "cpus:1;mem:64")
         running = await harness.launch(containerizer, c)
         assert await running.wait() == 0

@@ -31,10 +31,19 @@ class RunOnce(mezzo.Scheduler):
                 driver.decline_offer(offer.offer_id)
                 continue
             self.launched = True
-            driver.launch_tasks([offer.offer_id], [
-                TaskInfo(task_id=tid, name=tid, agent_id=offer.agent_id, resources=Resources.parse(res),
-                         command=CommandInfo(value=sys.executable, arguments=["-c", code], shell=False))
-                for tid, (res, code) in self.tasks.items()])
+            driver.launch_tasks(
+                [offer.offer_id],
+                [
+                    TaskInfo(
+                        task_id=tid,
+                        name=tid,
+                        agent_id=offer.agent_id,
+                        resources=Resources.parse(res),
+                        command=CommandInfo(value=sys.executable, arguments=["-c", code], shell=False),
+                    )
+                    for tid, (res, code) in self.tasks.items()
+                ],
+            )
 
     def status_update(self, driver, status):
         if mezzo.is_terminal(status.state):
@@ -45,13 +54,20 @@ class RunOnce(mezzo.Scheduler):
 
 def test_a_memory_hog_fails_with_memory_limit_and_a_small_task_finishes(cgroot, harness, programs, tmp_path):
     tables = {f'agent.isolators."{name}"': {"root": cgroot} for name in ("cgroups/cpu", "cgroups/mem")}
-    sched = RunOnce({
-        "hog": ("cpus:0.5;mem:64", programs["hog"]),
-        "small": ("cpus:0.5;mem:64", "b = b'x' * (8 << 20)\nprint('done', len(b))"),
-    })
-    with LocalProcessCluster(1, directory=str(tmp_path / "cluster"), master={"allocation_interval": 0.05},
-                             agent={"isolation": ["posix", "cgroups/cpu", "cgroups/mem"]}, tables=tables,
-                             agent_resources="cpus:2;mem:1024") as cluster:
+    sched = RunOnce(
+        {
+            "hog": ("cpus:0.5;mem:64", programs["hog"]),
+            "small": ("cpus:0.5;mem:64", "b = b'x' * (8 << 20)\nprint('done', len(b))"),
+        }
+    )
+    with LocalProcessCluster(
+        1,
+        directory=str(tmp_path / "cluster"),
+        master={"allocation_interval": 0.05},
+        agent={"isolation": ["posix", "cgroups/cpu", "cgroups/mem"]},
+        tables=tables,
+        agent_resources="cpus:2;mem:1024",
+    ) as cluster:
         driver = mezzo.SchedulerDriver(sched, mezzo.FrameworkInfo(name="cgroups-mem"), cluster.master)
         driver.start()
         try:
@@ -61,12 +77,16 @@ def test_a_memory_hog_fails_with_memory_limit_and_a_small_task_finishes(cgroot, 
         hog, small = sched.finals["hog"], sched.finals["small"]
         assert mezzo.state_name(hog.state) == "TASK_FAILED", hog
         assert hog.reason == "memory_limit"
-        assert hog.message.startswith("memory limit of 64 MB reached: "
-                                      "the kernel's OOM killer ended the container")
+        assert hog.message.startswith(
+            "memory limit of 64 MB reached: the kernel's OOM killer ended the container"
+        )
         assert mezzo.state_name(small.state) == "TASK_FINISHED", small
         # Both containers' cgroups went with them, before the agent stopped.
-        wait_for(lambda: not any(v1.children(m, cgroot) for m in harness.mounts.values()), 5,
-                 "the containers' cgroups to be removed")
+        wait_for(
+            lambda: not any(v1.children(m, cgroot) for m in harness.mounts.values()),
+            5,
+            "the containers' cgroups to be removed",
+        )
 
 
 def test_an_oom_ends_the_whole_container(cgroot, harness, programs, tmp_path):
@@ -77,8 +97,9 @@ def test_an_oom_ends_the_whole_container(cgroot, harness, programs, tmp_path):
     containerizer = Containerizer([iso])
 
     async def main():
-        c = harness.container(["/bin/sh", "-c", f"sleep 30 & {sys.executable} {tmp_path / 'hog.py'}; wait"],
-                              "cpus:1;mem:48")
+        c = harness.container(
+            ["/bin/sh", "-c", f"sleep 30 & {sys.executable} {tmp_path / 'hog.py'}; wait"], "cpus:1;mem:48"
+        )
         running = await harness.launch(containerizer, c)
         code = await asyncio.wait_for(running.wait(), 10)
         usage = await iso.usage(c)
@@ -110,9 +131,9 @@ def test_limits_follow_the_resources(cgroot, harness, tmp_path):
         running = await harness.launch(containerizer, c)
         try:
             assert await limits(c) == (512, 0.5, 256)
-            await containerizer.update(c, Resources.parse("cpus:2;mem:512"))      # a task came
+            await containerizer.update(c, Resources.parse("cpus:2;mem:512"))  # a task came
             assert await limits(c) == (2048, 2, 512)
-            await containerizer.update(c, Resources.parse("cpus:0.25;mem:160"))   # tasks went
+            await containerizer.update(c, Resources.parse("cpus:0.25;mem:160"))  # tasks went
             assert await limits(c) == (256, 0.25, 160)
             while not ready.exists():
                 await asyncio.sleep(0.02)

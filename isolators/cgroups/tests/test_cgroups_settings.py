@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from mezzo.errors import ConfigError
 from mezzo.plugins import load_plugins
 from mezzo_isolator_cgroups import CgroupsUnavailable, CpuIsolator, MemIsolator, v1
@@ -15,20 +16,35 @@ CPU = "agent.isolators.cgroups/cpu"
 MEM = "agent.isolators.cgroups/mem"
 
 
-@pytest.mark.parametrize(("cls", "key", "settings", "bad", "says"), [
-    (CpuIsolator, CPU, {"shares": 2}, "shares", "unknown setting (known: root, cfs_quota, cfs_period_us)"),
-    (CpuIsolator, CPU, {"cfs_quota": "yes"}, "cfs_quota", "expected true or false"),
-    (CpuIsolator, CPU, {"cfs_period_us": 999}, "cfs_period_us", "from 1000 to 1000000"),
-    (CpuIsolator, CPU, {"cfs_period_us": 100000.0}, "cfs_period_us", "integer"),
-    (CpuIsolator, CPU, {"root": "/sys/fs/cgroup/cpu"}, "root", "relative path"),
-    (CpuIsolator, CPU, {"root": "mezzo/../x"}, "root", "'..'"),
-    (CpuIsolator, CPU, {"root": "mezzo/cpu.shares"}, "root", "control file"),
-    (CpuIsolator, CPU, {"root": 7}, "root", "expected a string"),
-    (MemIsolator, MEM, {"min_mb": 2}, "min_mb", "at least 4"),
-    (MemIsolator, MEM, {"min_mb": True}, "min_mb", "number"),
-    (MemIsolator, MEM, {"limit_swap": 1}, "limit_swap", "true or false"),
-    (MemIsolator, MEM, {"cfs_quota": True}, "cfs_quota", "unknown setting (known: root, min_mb, limit_swap)"),
-])
+@pytest.mark.parametrize(
+    ("cls", "key", "settings", "bad", "says"),
+    [
+        (
+            CpuIsolator,
+            CPU,
+            {"shares": 2},
+            "shares",
+            "unknown setting (known: root, cfs_quota, cfs_period_us)",
+        ),
+        (CpuIsolator, CPU, {"cfs_quota": "yes"}, "cfs_quota", "expected true or false"),
+        (CpuIsolator, CPU, {"cfs_period_us": 999}, "cfs_period_us", "from 1000 to 1000000"),
+        (CpuIsolator, CPU, {"cfs_period_us": 100000.0}, "cfs_period_us", "integer"),
+        (CpuIsolator, CPU, {"root": "/sys/fs/cgroup/cpu"}, "root", "relative path"),
+        (CpuIsolator, CPU, {"root": "mezzo/../x"}, "root", "'..'"),
+        (CpuIsolator, CPU, {"root": "mezzo/cpu.shares"}, "root", "control file"),
+        (CpuIsolator, CPU, {"root": 7}, "root", "expected a string"),
+        (MemIsolator, MEM, {"min_mb": 2}, "min_mb", "at least 4"),
+        (MemIsolator, MEM, {"min_mb": True}, "min_mb", "number"),
+        (MemIsolator, MEM, {"limit_swap": 1}, "limit_swap", "true or false"),
+        (
+            MemIsolator,
+            MEM,
+            {"cfs_quota": True},
+            "cfs_quota",
+            "unknown setting (known: root, min_mb, limit_swap)",
+        ),
+    ],
+)
 def test_bad_settings_name_their_key(cls, key, settings, bad, says):
     with pytest.raises(ConfigError) as err:
         cls(settings, key=key)
@@ -38,10 +54,20 @@ def test_bad_settings_name_their_key(cls, key, settings, bad, says):
 
 def test_a_bad_setting_fails_agent_start_up(tmp_path):
     config = tmp_path / "mezzo.toml"
-    config.write_text('[agent]\nmaster = "127.0.0.1:1"\nisolation = ["posix", "cgroups/cpu"]\n\n'
-                      '[agent.isolators."cgroups/cpu"]\ncfs_quota = true\ncfs_period_us = 10\n')
-    argv = [sys.executable, "-m", "mezzo", "agent", "--config", str(config),
-            "--work-dir", str(tmp_path / "work")]
+    config.write_text(
+        '[agent]\nmaster = "127.0.0.1:1"\nisolation = ["posix", "cgroups/cpu"]\n\n'
+        '[agent.isolators."cgroups/cpu"]\ncfs_quota = true\ncfs_period_us = 10\n'
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "mezzo",
+        "agent",
+        "--config",
+        str(config),
+        "--work-dir",
+        str(tmp_path / "work"),
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2, out
     assert "agent.isolators.cgroups/cpu.cfs_period_us: expected an integer from 1000 to 1000000" in out.stderr
@@ -54,10 +80,12 @@ def test_both_components_are_registered_by_the_entry_point():
 
 
 V2_ONLY = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
-V1 = ("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
-      "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
-      "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
-      "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+V1 = (
+    "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+)
 
 
 def test_mounts_are_read_from_mountinfo(tmp_path):
@@ -80,13 +108,17 @@ def test_start_up_fails_without_cgroup_v1_saying_so(tmp_path, monkeypatch):
     assert str(err.value) == (
         "isolator 'cgroups/mem' cannot run on this machine: "
         "the cgroup v1 'memory' controller is not mounted: "
-        "only cgroup v2 is mounted (/sys/fs/cgroup), and this isolator drives cgroup v1")
+        "only cgroup v2 is mounted (/sys/fs/cgroup), and this isolator drives cgroup v1"
+    )
 
 
 def test_start_up_fails_when_not_root(monkeypatch):
     monkeypatch.setattr(v1.os, "geteuid", lambda: 1000)
-    with pytest.raises(CgroupsUnavailable, match=r"'cgroups/cpu' cannot run on this machine: managing "
-                                                 r"cgroups needs root, and this process runs as uid 1000"):
+    with pytest.raises(
+        CgroupsUnavailable,
+        match=r"'cgroups/cpu' cannot run on this machine: managing "
+        r"cgroups needs root, and this process runs as uid 1000",
+    ):
         CpuIsolator({}, key=CPU)
 
 

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+
 from mezzo_isolator_cgroups import v1
 
 
@@ -20,9 +21,14 @@ def test_create_join_set_read_and_destroy(cgroot, harness):
     v1.set_memory_limit(cgs["memory"], 48 << 20)
     # A child that leaves the session at once: only its cgroups still tie it to the container.
     # preexec_fn only joins cgroups (system calls), which is safe in a threaded parent.
-    proc = subprocess.Popen(["/bin/sh", "-c", "setsid sleep 30 & echo $!; sleep 30"], stdout=subprocess.PIPE,
-                            text=True, preexec_fn=v1.joiner(cgs.values()),  # noqa: PLW1509
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", "setsid sleep 30 & echo $!; sleep 30"],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=v1.joiner(cgs.values()),  # noqa: PLW1509
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
     escaped = int(proc.stdout.readline())
     try:
         for cg in cgs.values():
@@ -60,8 +66,14 @@ def test_lowering_a_limit_below_usage_is_ebusy(cgroot, harness):
     v1.create(cg)
     v1.set_memory_limit(cg, 128 << 20)
     code = "import sys\nb = b'x' * (64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()"
-    proc = subprocess.Popen(harness.python(code), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=v1.joiner([cg]))  # noqa: PLW1509
+    proc = subprocess.Popen(
+        harness.python(code),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=v1.joiner([cg]),  # noqa: PLW1509
+    )
+    assert proc.stdout is not None
     try:
         assert proc.stdout.readline() == "ready\n"
         with pytest.raises(v1.CgroupError) as err:

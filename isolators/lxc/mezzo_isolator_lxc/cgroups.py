@@ -32,7 +32,7 @@ def hierarchies(root: str = CGROUP_ROOT) -> list[str]:
     """The mounted hierarchies under ``root``, each once (``cpuacct`` is often a symlink
     to ``cpu,cpuacct``)."""
     seen: set[str] = set()
-    out = []
+    out: list[str] = []
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -181,7 +181,7 @@ def container_names(root: str = CGROUP_ROOT, prefix: str = "mezzo-") -> set[str]
         for entry in entries:
             for kind in (PAYLOAD, MONITOR):
                 if entry.startswith(kind + prefix):
-                    names.add(entry[len(kind):])
+                    names.add(entry[len(kind) :])
     return names
 
 

@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
+
 from mezzo.agent import posix
 from mezzo.agent.containerizer import program_problem
 from mezzo.errors import ConfigError
@@ -85,13 +86,17 @@ class LxcIsolator(Isolator):
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
         for k in settings:
             if k not in self.SETTINGS:
-                raise ConfigError(f"{key}.{k}", f"unknown setting for isolator 'lxc' (known: {', '.join(self.SETTINGS)})")
+                raise ConfigError(
+                    f"{key}.{k}", f"unknown setting for isolator 'lxc' (known: {', '.join(self.SETTINGS)})"
+                )
         self.key = key
         self.lxc_execute = _string(settings, key, "lxc_execute", "lxc-execute")
         self.lxc_path = _string(settings, key, "lxc_path", DEFAULT_LXC_PATH).rstrip("/") or "/"
         if not _SAFE_PATH.match(self.lxc_path) or "/../" in self.lxc_path + "/":
-            raise ConfigError(f"{key}.lxc_path", f"expected an absolute path of letters, digits and _ . + - /, "
-                                                 f"got {self.lxc_path!r}")
+            raise ConfigError(
+                f"{key}.lxc_path",
+                f"expected an absolute path of letters, digits and _ . + - /, got {self.lxc_path!r}",
+            )
         hard = settings.get("cfs_quota", False)
         if not isinstance(hard, bool):
             raise ConfigError(f"{key}.cfs_quota", f"expected true or false, got {hard!r}")
@@ -106,7 +111,9 @@ class LxcIsolator(Isolator):
         for i, line in enumerate(extra):
             k, eq, v = line.partition("=")
             if not eq or not k.strip().startswith("lxc.") or "\n" in line or not v.strip():
-                raise ConfigError(f"{key}.config[{i}]", f"expected a line 'lxc.<key> = <value>', got {line!r}")
+                raise ConfigError(
+                    f"{key}.config[{i}]", f"expected a line 'lxc.<key> = <value>', got {line!r}"
+                )
         self.extra_config = [line.strip() for line in extra]
 
         self.program = self._find_program(settings)
@@ -122,35 +129,67 @@ class LxcIsolator(Isolator):
         found = shutil.which(self.lxc_execute)
         if found is None:
             where = f"{self.key}.lxc_execute" if "lxc_execute" in settings else self.key
-            raise ConfigError(where, f"{self.lxc_execute!r} not found: the lxc isolator needs lxc-execute from "
-                                     "Debian's lxc package (apt-get install lxc)")
+            raise ConfigError(
+                where,
+                f"{self.lxc_execute!r} not found: the lxc isolator needs lxc-execute from "
+                "Debian's lxc package (apt-get install lxc)",
+            )
         return found
 
     def _check_host(self) -> None:
         """Refuse to start where LXC cannot run, saying why (see the module docstring)."""
         if os.geteuid() != 0:
-            raise ConfigError(self.key, f"the lxc isolator needs root (the agent runs as uid {os.geteuid()}): "
-                                        "lxc-execute creates namespaces and cgroups")
+            raise ConfigError(
+                self.key,
+                f"the lxc isolator needs root (the agent runs as uid {os.geteuid()}): "
+                "lxc-execute creates namespaces and cgroups",
+            )
         missing = cgroups.missing_controllers()
         if missing:
-            raise ConfigError(self.key, f"the lxc isolator needs the cgroup v1 controllers memory, cpu and cpuacct "
-                                        f"mounted under {cgroups.CGROUP_ROOT}; missing: {', '.join(missing)}")
+            raise ConfigError(
+                self.key,
+                f"the lxc isolator needs the cgroup v1 controllers memory, cpu and cpuacct "
+                f"mounted under {cgroups.CGROUP_ROOT}; missing: {', '.join(missing)}",
+            )
         try:
             os.makedirs(self.lxc_path, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"{self.key}.lxc_path", f"cannot create {self.lxc_path!r}: {exc.strerror}") from None
+            raise ConfigError(
+                f"{self.key}.lxc_path", f"cannot create {self.lxc_path!r}: {exc.strerror}"
+            ) from None
         name = f"{NAME_PREFIX}check-{os.getpid()}"
         directory = os.path.join(self.lxc_path, name)
-        conf = lxc_config.write_container_files(directory, name, owner=self.owner, config=lxc_config.config_text(
-            name=name, directory=directory, cwd="/", env_keys=[], limits=lxc_config.limits_for(0.1, 32, hard_cpu=False),
-            net_type=self.net_type, swap_accounted=self.swap_accounted, extra=self.extra_config))
+        conf = lxc_config.write_container_files(
+            directory,
+            name,
+            owner=self.owner,
+            config=lxc_config.config_text(
+                name=name,
+                directory=directory,
+                cwd="/",
+                env_keys=[],
+                limits=lxc_config.limits_for(0.1, 32, hard_cpu=False),
+                net_type=self.net_type,
+                swap_accounted=self.swap_accounted,
+                extra=self.extra_config,
+            ),
+        )
         started = time.monotonic()
         try:
-            result = subprocess.run([*self._wrapper(name, conf), "true"], stdin=subprocess.DEVNULL,
-                                    capture_output=True, text=True, timeout=STARTUP_CHECK_TIMEOUT, check=False,
-                                    start_new_session=True)
-            problem = None if result.returncode == 0 else (
-                f"exited with status {result.returncode}: " + _tail(result.stderr or result.stdout))
+            result = subprocess.run(
+                [*self._wrapper(name, conf), "true"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=STARTUP_CHECK_TIMEOUT,
+                check=False,
+                start_new_session=True,
+            )
+            problem = (
+                None
+                if result.returncode == 0
+                else (f"exited with status {result.returncode}: " + _tail(result.stderr or result.stdout))
+            )
         except subprocess.TimeoutExpired:
             problem = f"did not finish within {STARTUP_CHECK_TIMEOUT:g} s"
         except OSError as exc:
@@ -158,8 +197,11 @@ class LxcIsolator(Isolator):
         finally:
             self._remove_now(name)
         if problem is not None:
-            raise ConfigError(self.key, f"the lxc isolator cannot run containers here: a trial container "
-                                        f"({self.program} -n {name} ... -- true) {problem}")
+            raise ConfigError(
+                self.key,
+                f"the lxc isolator cannot run containers here: a trial container "
+                f"({self.program} -n {name} ... -- true) {problem}",
+            )
         log.debug("lxc works here", trial_seconds=round(time.monotonic() - started, 3))
 
     def _wrapper(self, name: str, conf: str) -> list[str]:
@@ -183,8 +225,15 @@ class LxcIsolator(Isolator):
                 raise RuntimeError(f"cannot start {launch.argv[0]!r}: {problem}")
         limits = self._limits(container.resources)
         text = lxc_config.config_text(
-            name=name, directory=directory, cwd=launch.cwd, env_keys=sorted(launch.env), limits=limits,
-            net_type=self.net_type, swap_accounted=self.swap_accounted, extra=self.extra_config)
+            name=name,
+            directory=directory,
+            cwd=launch.cwd,
+            env_keys=sorted(launch.env),
+            limits=limits,
+            net_type=self.net_type,
+            swap_accounted=self.swap_accounted,
+            extra=self.extra_config,
+        )
         try:
             conf = lxc_config.write_container_files(directory, name, text, self.owner)
         except OSError:
@@ -208,7 +257,11 @@ class LxcIsolator(Isolator):
             files = ["memory.limit_in_bytes"]
             if self.swap_accounted:
                 grow = old is None or old.memory_bytes is None or new.memory_bytes > old.memory_bytes
-                files = ["memory.memsw.limit_in_bytes", *files] if grow else [*files, "memory.memsw.limit_in_bytes"]
+                files = (
+                    ["memory.memsw.limit_in_bytes", *files]
+                    if grow
+                    else [*files, "memory.memsw.limit_in_bytes"]
+                )
             for file in files:
                 cg.write("memory", file, new.memory_bytes)
         if new.cpu_shares is not None:
@@ -224,8 +277,11 @@ class LxcIsolator(Isolator):
         out: dict[str, float] = {}
         if "cpuacct_usage" in stats:
             out["cpu_seconds"] = round(stats["cpuacct_usage"] / 1e9, 3)
-        for ours, theirs in (("mem_bytes", "usage_in_bytes"), ("mem_max_bytes", "max_usage_in_bytes"),
-                             ("mem_limit_bytes", "limit_in_bytes")):
+        for ours, theirs in (
+            ("mem_bytes", "usage_in_bytes"),
+            ("mem_max_bytes", "max_usage_in_bytes"),
+            ("mem_limit_bytes", "limit_in_bytes"),
+        ):
             if theirs in stats:
                 out[ours] = stats[theirs]
         return out
@@ -243,9 +299,11 @@ class LxcIsolator(Isolator):
         limit_text = f"memory limit of {limit / MB:g} MB" if limit else "memory limit"
         peak_text = f", peak {peak / MB:.1f} MB" if peak else ""
         kills = stats["oom_kill"]
-        return Limitation(reason="memory_limit",
-                          message=f"{limit_text} reached: the kernel killed {kills} process"
-                                  f"{'es' if kills > 1 else ''} of the container{peak_text}")
+        return Limitation(
+            reason="memory_limit",
+            message=f"{limit_text} reached: the kernel killed {kills} process"
+            f"{'es' if kills > 1 else ''} of the container{peak_text}",
+        )
 
     async def cleanup(self, container: Container) -> None:
         await self._remove(self._name(container))
@@ -261,13 +319,18 @@ class LxcIsolator(Isolator):
             entries = set(os.listdir(self.lxc_path))
         except OSError:
             entries = set()
-        names = {e for e in entries if e.startswith(NAME_PREFIX)} | cgroups.container_names(prefix=NAME_PREFIX)
+        names = {e for e in entries if e.startswith(NAME_PREFIX)} | cgroups.container_names(
+            prefix=NAME_PREFIX
+        )
         for name in sorted(names - keep):
             if _owner_alive(os.path.join(self._dir(name), lxc_config.OWNER)):
                 continue
             if LxcCgroups(name).pids():
-                log.info("an lxc container this agent did not recover is running; left alone",
-                         container=name, lxc_path=self.lxc_path)
+                log.info(
+                    "an lxc container this agent did not recover is running; left alone",
+                    container=name,
+                    lxc_path=self.lxc_path,
+                )
                 continue
             await self._remove(name)
             log.info("removed the leftovers of an lxc container", container=name)
@@ -285,7 +348,9 @@ class LxcIsolator(Isolator):
             if not busy:
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cgroups of {name} still busy after {REMOVE_TIMEOUT:g} s: {'; '.join(busy)}")
+                raise RuntimeError(
+                    f"cgroups of {name} still busy after {REMOVE_TIMEOUT:g} s: {'; '.join(busy)}"
+                )
             await asyncio.sleep(0.01)  # SIGKILLed processes take a moment to leave their cgroups
         self._remove_files(name)
 

@@ -89,18 +89,31 @@ def limits_for(cpus: float, mem_mb: float, *, hard_cpu: bool) -> Limits:
 def check_line_value(what: str, value: str) -> None:
     """Raise ValueError if ``value`` cannot be written as the value of a config line."""
     if not value or "\n" in value or "\r" in value or "\0" in value or value != value.strip():
-        raise ValueError(f"{what} {value!r} cannot be written into an lxc config "
-                         "(empty, a line break, or leading/trailing blanks)")
+        raise ValueError(
+            f"{what} {value!r} cannot be written into an lxc config "
+            "(empty, a line break, or leading/trailing blanks)"
+        )
 
 
-def config_text(*, name: str, directory: str, cwd: str, env_keys: list[str], limits: Limits,
-                net_type: str, swap_accounted: bool, extra: list[str]) -> str:
+def config_text(
+    *,
+    name: str,
+    directory: str,
+    cwd: str,
+    env_keys: list[str],
+    limits: Limits,
+    net_type: str,
+    swap_accounted: bool,
+    extra: list[str],
+) -> str:
     """The ``lxc.conf`` of container ``name`` whose files are in ``directory``.
     ``net_type`` is lxc's: ``none`` (the host's network) or ``empty`` (loopback only)."""
     check_line_value("the working directory", cwd)
     if any(c.isspace() for c in cwd) or not os.path.isabs(cwd):
-        raise ValueError(f"the working directory {cwd!r} cannot be mounted into an lxc container "
-                         "(it must be an absolute path without blanks)")
+        raise ValueError(
+            f"the working directory {cwd!r} cannot be mounted into an lxc container "
+            "(it must be an absolute path without blanks)"
+        )
     lines = [
         "# Written by mezzo's lxc isolator (mezzo-isolator-lxc); removed with the container.",
         f"lxc.net.0.type = {net_type}",

@@ -11,8 +11,9 @@ import os
 import shutil
 import threading
 
-import mezzo
 import pytest
+
+import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.testing import LocalProcessCluster
 from mezzo_isolator_lxc import cgroups
@@ -41,9 +42,14 @@ def leftovers() -> list[str]:
     found = [f"cgroup of {name}" for name in sorted(cgroups.container_names(prefix=NAME_PREFIX))]
     for directory in (DEFAULT_LXC_PATH, LOCK_ROOT + DEFAULT_LXC_PATH):
         if os.path.isdir(directory):
-            found += [os.path.join(directory, e) for e in sorted(os.listdir(directory))
-                      if e.lstrip(".").startswith(NAME_PREFIX)]
-    found += [h + "/" + cgroups.PIVOT for h in cgroups.hierarchies() if os.path.isdir(h + "/" + cgroups.PIVOT)]
+            found += [
+                os.path.join(directory, e)
+                for e in sorted(os.listdir(directory))
+                if e.lstrip(".").startswith(NAME_PREFIX)
+            ]
+    found += [
+        h + "/" + cgroups.PIVOT for h in cgroups.hierarchies() if os.path.isdir(h + "/" + cgroups.PIVOT)
+    ]
     return found
 
 
@@ -55,9 +61,14 @@ def lxc_cluster(lxc_host, tmp_path):
 
     def make(tables=None, **agent) -> LocalProcessCluster:
         keys = {"isolation": ["lxc"], "kill_grace_period": 2.0, "statistics_interval": 0.2, **agent}
-        cluster = LocalProcessCluster(1, directory=str(tmp_path / f"cluster{len(clusters)}"),
-                                      master={"allocation_interval": 0.01}, agent=keys, tables=tables,
-                                      agent_resources="cpus:2;mem:1024;disk:1000")
+        cluster = LocalProcessCluster(
+            1,
+            directory=str(tmp_path / f"cluster{len(clusters)}"),
+            master={"allocation_interval": 0.01},
+            agent=keys,
+            tables=tables,
+            agent_resources="cpus:2;mem:1024;disk:1000",
+        )
         clusters.append(cluster)
         return cluster.start()
 
@@ -84,8 +95,13 @@ class OneTask(mezzo.Scheduler):
                 driver.decline_offer(offer.offer_id, Filters(refuse_seconds=60))
                 continue
             self.launched = True
-            task = TaskInfo(task_id="t", name="t", agent_id=offer.agent_id, resources=self.resources,
-                            command=CommandInfo(value=self.command))
+            task = TaskInfo(
+                task_id="t",
+                name="t",
+                agent_id=offer.agent_id,
+                resources=self.resources,
+                command=CommandInfo(value=self.command),
+            )
             driver.launch_tasks([offer.offer_id], [task], Filters(refuse_seconds=0))
 
     def status_update(self, driver, status):

@@ -64,8 +64,13 @@ def test_kill_task_ends_the_container_within_the_grace_period(lxc_cluster, run_t
     task = run_task(cluster, "sleep 300 & sleep 300")
     wait_for(lambda: "TASK_RUNNING" in task.states(), 15, "the task to run")
     memory = wait_for(lambda: _payload("memory"), 15, "the container's payload cgroup")
-    pids = wait_for(lambda: (found := [int(p) for p in _read(f"{memory}/cgroup.procs").split()])
-                    and len(found) >= 4 and found, 10, "init, the shell and both sleeps")
+    pids = wait_for(
+        lambda: (
+            (found := [int(p) for p in _read(f"{memory}/cgroup.procs").split()]) and len(found) >= 4 and found
+        ),
+        10,
+        "init, the shell and both sleeps",
+    )
     asked = time.monotonic()
     task.driver.kill_task("t")
     final = task.final(10)
@@ -76,21 +81,37 @@ def test_kill_task_ends_the_container_within_the_grace_period(lxc_cluster, run_t
 
 def test_an_agent_without_lxc_execute_refuses_to_start_saying_why(tmp_path):
     cfg = tmp_path / "agent.toml"
-    cfg.write_text(f'[agent]\nisolation = ["lxc"]\nwork_dir = "{tmp_path}/w"\n'
-                   '[agent.isolators.lxc]\nlxc_execute = "/nonexistent/lxc-execute"\n')
-    r = subprocess.run([sys.executable, "-m", "mezzo", "agent", "--config", str(cfg)], capture_output=True,
-                       text=True, timeout=60, check=False)
+    cfg.write_text(
+        f'[agent]\nisolation = ["lxc"]\nwork_dir = "{tmp_path}/w"\n'
+        '[agent.isolators.lxc]\nlxc_execute = "/nonexistent/lxc-execute"\n'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "mezzo", "agent", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 2, r.stderr
-    assert ("mezzo agent: agent.isolators.lxc.lxc_execute: '/nonexistent/lxc-execute' not found: the lxc "
-            "isolator needs lxc-execute from Debian's lxc package (apt-get install lxc)") in r.stderr
+    assert (
+        "mezzo agent: agent.isolators.lxc.lxc_execute: '/nonexistent/lxc-execute' not found: the lxc "
+        "isolator needs lxc-execute from Debian's lxc package (apt-get install lxc)"
+    ) in r.stderr
 
 
 def test_an_lxc_that_cannot_run_a_container_stops_the_agent(lxc_host, tmp_path):
     cfg = tmp_path / "agent.toml"
-    cfg.write_text(f'[agent]\nisolation = ["lxc"]\nwork_dir = "{tmp_path}/w"\n'
-                   '[agent.isolators.lxc]\nconfig = ["lxc.no.such.key = 1"]\n')
-    r = subprocess.run([sys.executable, "-m", "mezzo", "agent", "--config", str(cfg)], capture_output=True,
-                       text=True, timeout=60, check=False)
+    cfg.write_text(
+        f'[agent]\nisolation = ["lxc"]\nwork_dir = "{tmp_path}/w"\n'
+        '[agent.isolators.lxc]\nconfig = ["lxc.no.such.key = 1"]\n'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "mezzo", "agent", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 2, r.stderr
     assert "agent.isolators.lxc: the lxc isolator cannot run containers here: a trial container" in r.stderr
     assert "lxc.no.such.key" in r.stderr  # lxc's own complaint is quoted
@@ -110,8 +131,14 @@ def test_recover_removes_the_leftovers_of_containers_it_is_not_given(lxc_host):
         f.write(iso.owner)  # made by an agent process that is alive (this one): not a leftover
 
     def container(name):
-        return Container(container_id=name[len("mezzo-"):] + "0" * 20, framework_id="f", executor_id="e",
-                         resources=mezzo.Resources(), sandbox="/", launch=ContainerLaunch(argv=[], env={}, cwd="/"))
+        return Container(
+            container_id=name[len("mezzo-") :] + "0" * 20,
+            framework_id="f",
+            executor_id="e",
+            resources=mezzo.Resources(),
+            sandbox="/",
+            launch=ContainerLaunch(argv=[], env={}, cwd="/"),
+        )
 
     try:
         asyncio.run(iso.recover([container(kept)]))

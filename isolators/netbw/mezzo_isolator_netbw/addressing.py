@@ -61,7 +61,9 @@ class Subnet:
         if not isinstance(network, ipaddress.IPv4Network):
             raise ValueError(f"{cidr!r} is not an IPv4 network")  # noqa: TRY004 (a bad value)
         if network.prefixlen > BLOCK_PREFIX:
-            raise ValueError(f"{cidr!r} is smaller than one /{BLOCK_PREFIX} (a container needs a /{BLOCK_PREFIX})")
+            raise ValueError(
+                f"{cidr!r} is smaller than one /{BLOCK_PREFIX} (a container needs a /{BLOCK_PREFIX})"
+            )
         self.network = network
         self.size = network.num_addresses // BLOCK_SIZE
         """How many containers fit."""

@@ -26,7 +26,8 @@ def check_agent_reachable(endpoint: str) -> None:
     if port is not None and not _listening_on_every_address(port):
         raise NetworkSetupError(
             f"a custom executor in its own network namespace cannot reach the agent at {endpoint}: "
-            f"the agent listens on loopback only; set agent.listen to \"0.0.0.0:{port}\"")
+            f'the agent listens on loopback only; set agent.listen to "0.0.0.0:{port}"'
+        )
 
 
 def agent_endpoint_inside(endpoint: str, gateway: str) -> str:

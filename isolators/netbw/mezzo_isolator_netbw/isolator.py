@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import Container, Isolator
 from mezzo.resources import Resources
@@ -69,9 +70,15 @@ class NetBandwidthIsolator(Isolator):
         except ValueError as exc:
             raise ConfigError(f"{key}.subnet", str(exc)) from None
         default = settings.get("default_mbps", 0)
-        if isinstance(default, bool) or not isinstance(default, (int, float)) or not math.isfinite(default) \
-                or default < 0:
-            raise ConfigError(f"{key}.default_mbps", f"expected Mbit/s (a number >= 0, 0 = unlimited), got {default!r}")
+        if (
+            isinstance(default, bool)
+            or not isinstance(default, (int, float))
+            or not math.isfinite(default)
+            or default < 0
+        ):
+            raise ConfigError(
+                f"{key}.default_mbps", f"expected Mbit/s (a number >= 0, 0 = unlimited), got {default!r}"
+            )
         self.default_mbps = float(default)
         self.ingress = _expect(settings, "ingress", bool, False, key)
         # pyroute2 takes ~0.13 s to import: only agents that enable this isolator pay
@@ -95,13 +102,24 @@ class NetBandwidthIsolator(Isolator):
             check_agent_reachable(endpoint)  # before making anything
         mbps = self.limit_mbps(container.resources)
         net = await self.networks.create(container.container_id, mbps)
-        container.state[self.name] = {"netns": net.names.netns, "host_if": net.names.host_if,
-                                      "address": net.address, "gateway": net.gateway, "fd": net.fd}
+        container.state[self.name] = {
+            "netns": net.names.netns,
+            "host_if": net.names.host_if,
+            "address": net.address,
+            "gateway": net.gateway,
+            "fd": net.fd,
+        }
         container.launch.preexec.append(self.networks.entering(net.fd))
         if endpoint:
             container.launch.env["MEZZO_AGENT_ENDPOINT"] = agent_endpoint_inside(endpoint, net.gateway)
-        log.debug("container network ready", container=container.container_id, netns=net.names.netns,
-                  address=net.address, limit_mbps=mbps, ingress=self.ingress)
+        log.debug(
+            "container network ready",
+            container=container.container_id,
+            netns=net.names.netns,
+            address=net.address,
+            limit_mbps=mbps,
+            ingress=self.ingress,
+        )
 
     async def isolate(self, container: Container) -> None:
         self._close_fd(container)  # the child has joined the namespace and holds it now
@@ -120,8 +138,11 @@ class NetBandwidthIsolator(Isolator):
         if found is None:
             return {}
         sent, received = found
-        return {"net_tx_bytes": float(sent), "net_rx_bytes": float(received),
-                "net_limit_mbps": self.limit_mbps(container.resources)}
+        return {
+            "net_tx_bytes": float(sent),
+            "net_rx_bytes": float(received),
+            "net_limit_mbps": self.limit_mbps(container.resources),
+        }
 
     async def cleanup(self, container: Container) -> None:
         self._close_fd(container)

@@ -88,7 +88,7 @@ class Alias:
     def parse(cls, text: str | None) -> Alias | None:
         if not text or not text.startswith(cls.MARK + " "):
             return None
-        fields = dict(part.partition("=")[::2] for part in text[len(cls.MARK) + 1:].split())
+        fields = dict(part.partition("=")[::2] for part in text[len(cls.MARK) + 1 :].split())
         try:
             return cls(container=fields["container"], netns=fields["netns"], owner=fields["owner"])
         except KeyError:
@@ -128,8 +128,9 @@ async def create_pair(ipr: AsyncIPRoute, names: Names, block: Block, alias: Alia
     host side's index."""
     fd = netns.open_fd(names.netns)
     try:
-        await ipr.link("add", ifname=names.host_if, kind="veth",
-                       peer={"ifname": CONTAINER_IF, "net_ns_fd": fd})
+        await ipr.link(
+            "add", ifname=names.host_if, kind="veth", peer={"ifname": CONTAINER_IF, "net_ns_fd": fd}
+        )
     finally:
         os.close(fd)
     (link,) = await ipr.link("get", ifname=names.host_if)

@@ -175,6 +175,7 @@ def entering(fd: int) -> Callable[[], None]:
         def enter() -> None:
             setns(fd, CLONE_NEWNET)
     else:
+
         def enter() -> None:
             _setns(fd)
 

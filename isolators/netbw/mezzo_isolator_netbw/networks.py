@@ -87,14 +87,20 @@ class ContainerNetworks:
                 except SubnetFull as exc:
                     raise NetworkSetupError(f"no address left for the container: {exc}") from None
                 await _step(f"create network namespace {names.netns}", netns.create(names.netns))
-                host_index = await _step(f"create veth {names.host_if} (gateway {block.gateway})",
-                                         links.create_pair(host, names, block, alias))
+                host_index = await _step(
+                    f"create veth {names.host_if} (gateway {block.gateway})",
+                    links.create_pair(host, names, block, alias),
+                )
                 if self.ingress:
-                    await _step(f"limit ingress on {names.host_if} to {mbps:g} Mbit/s",
-                                shaping.shape(host, host_index, mbps))
+                    await _step(
+                        f"limit ingress on {names.host_if} to {mbps:g} Mbit/s",
+                        shaping.shape(host, host_index, mbps),
+                    )
             async with links.inside(names.netns) as inside:
-                eth = await _step(f"configure eth0 ({block.address}) in {names.netns}",
-                                  links.configure_inside(inside, block))
+                eth = await _step(
+                    f"configure eth0 ({block.address}) in {names.netns}",
+                    links.configure_inside(inside, block),
+                )
                 await _step(f"limit egress of eth0 to {mbps:g} Mbit/s", shaping.shape(inside, eth, mbps))
             fd = netns.open_fd(names.netns)
         except BaseException:
@@ -159,13 +165,17 @@ class ContainerNetworks:
                 alias = link.alias
                 if link.ifname in kept_links:
                     if alias is not None and alias.owner != self.owner:
-                        await links.set_alias(host, link.ifname, Alias(alias.container, alias.netns, self.owner))
+                        await links.set_alias(
+                            host, link.ifname, Alias(alias.container, alias.netns, self.owner)
+                        )
                     continue
                 if alias is not None and alias.owner != self.owner and owner_alive(alias.owner):
                     elsewhere.add(alias.netns)
                     continue
                 await links.delete_link(host, link.ifname)
-                log.info("removed a leftover veth", link=link.ifname, container=alias.container if alias else None)
+                log.info(
+                    "removed a leftover veth", link=link.ifname, container=alias.container if alias else None
+                )
             for name in netns.names(links.NETNS_PREFIX):
                 if name not in kept_netns and name not in elsewhere:
                     await netns.remove(name)
@@ -243,18 +253,25 @@ async def probe(subnet: Subnet) -> str | None:
     veth pair and HTB qdiscs on both ends, and remove them. None when all works."""
     if not os.path.exists("/proc/self/ns/net"):
         return "the kernel has no network namespaces (/proc/self/ns/net is missing)"
-    missing = [name for bit, name in ((CAP_SYS_ADMIN, "CAP_SYS_ADMIN"), (CAP_NET_ADMIN, "CAP_NET_ADMIN"))
-               if not _has_capability(bit)]
+    missing = [
+        name
+        for bit, name in ((CAP_SYS_ADMIN, "CAP_SYS_ADMIN"), (CAP_NET_ADMIN, "CAP_NET_ADMIN"))
+        if not _has_capability(bit)
+    ]
     if missing:
-        return (f"it needs {' and '.join(missing)} to create network namespaces and links "
-                f"(run the agent as root); the agent runs as uid {os.geteuid()} without them")
+        return (
+            f"it needs {' and '.join(missing)} to create network namespaces and links "
+            f"(run the agent as root); the agent runs as uid {os.geteuid()} without them"
+        )
     async with AsyncIPRoute() as host:
         by_index = {link.get("index"): link.get("ifname") async for link in await host.link("dump")}
         for index, address, prefixlen in await links.host_addresses(host):
             ifname = by_index.get(index, "?")
             if subnet.overlaps(address, prefixlen) and not links.HOST_LINK.fullmatch(ifname):
-                return (f"subnet {subnet} overlaps {address}/{prefixlen} on {ifname}: choose a free private "
-                        f"range for agent.isolators.\"network/bandwidth\".subnet")
+                return (
+                    f"subnet {subnet} overlaps {address}/{prefixlen} on {ifname}: choose a free private "
+                    f'range for agent.isolators."network/bandwidth".subnet'
+                )
     names = Names.of(f"probe-{os.getpid()}-{threading.get_native_id()}")
     async with AllocationLock():  # a sweep by another agent must not catch it half-made
         try:
@@ -265,21 +282,30 @@ async def probe(subnet: Subnet) -> str | None:
             async with AsyncIPRoute() as host:
                 fd = netns.open_fd(names.netns)
                 try:
-                    await host.link("add", ifname=names.host_if, kind="veth",
-                                    peer={"ifname": links.CONTAINER_IF, "net_ns_fd": fd})
+                    await host.link(
+                        "add",
+                        ifname=names.host_if,
+                        kind="veth",
+                        peer={"ifname": links.CONTAINER_IF, "net_ns_fd": fd},
+                    )
                 except NetlinkError as exc:
                     return f"cannot create a veth pair ({_reason(exc)}; is the veth module available?)"
                 finally:
                     os.close(fd)
                 await links.set_alias(host, names.host_if, Alias("probe", names.netns, owner_id()))
-                index = await links.index_of(host, names.host_if)
+                host_index = await links.index_of(host, names.host_if)
+                if host_index is None:
+                    return f"the veth {names.host_if} vanished right after it was made"
                 try:
-                    await shaping.shape(host, index, 10)
-                    await shaping.shape(host, index, 20)
+                    await shaping.shape(host, host_index, 10)
+                    await shaping.shape(host, host_index, 20)
                 except NetlinkError as exc:
                     return f"cannot add an HTB qdisc ({_reason(exc)}; is the sch_htb module available?)"
             async with links.inside(names.netns) as inside:
-                await shaping.shape(inside, await links.index_of(inside, links.CONTAINER_IF), 10)
+                eth = await links.index_of(inside, links.CONTAINER_IF)
+                if eth is None:
+                    return f"the veth's end {links.CONTAINER_IF} vanished from {names.netns}"
+                await shaping.shape(inside, eth, 10)
         finally:
             async with AsyncIPRoute() as host:
                 await links.delete_link(host, names.host_if)

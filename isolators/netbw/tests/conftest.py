@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+
 from mezzo.agent.containerizer import Containerizer, RunningContainer
 from mezzo.hookspecs import Container, ContainerLaunch
 from mezzo.resources import Resources
@@ -37,7 +38,9 @@ def gateway():
     raise SystemExit("no default route")
 """
 
-SENDER = GATEWAY_SNIPPET + """
+SENDER = (
+    GATEWAY_SNIPPET
+    + """
 import sys
 # For each port of PORT[,PORT...]: connect to it on HOST (default: the gateway) and
 # push data until the receiver hangs up.
@@ -52,8 +55,11 @@ for port in sys.argv[1].split(","):
     except OSError:
         s.close()
 """
+)
 
-SINK = GATEWAY_SNIPPET + """
+SINK = (
+    GATEWAY_SNIPPET
+    + """
 import sys, time
 # Connect to PORT on the gateway, read for WARMUP + WINDOW seconds and print the
 # payload rate over the window in Mbit/s; then hang up.
@@ -75,6 +81,7 @@ while True:
         break
 print(f"mbps={total * 8 / (now - start) / 1e6}", flush=True)
 """
+)
 
 
 @dataclass
@@ -136,6 +143,7 @@ class Measurement:
             elif start is not None:
                 total += len(data)
             if now - t0 >= self.warmup + self.window:
+                assert start is not None, "the window ended before the warm-up"
                 return total * 8 / (now - start) / 1e6
 
     @staticmethod
@@ -200,8 +208,11 @@ class Launcher:
         sandbox = self.tmp_path / cid
         sandbox.mkdir()
         return Container(
-            container_id=cid, framework_id="fw", executor_id=f"task-{cid[:6]}",
-            resources=Resources(cpus=1, mem=64, **resources), sandbox=str(sandbox),
+            container_id=cid,
+            framework_id="fw",
+            executor_id=f"task-{cid[:6]}",
+            resources=Resources({"cpus": 1, "mem": 64, **resources}),
+            sandbox=str(sandbox),
             launch=ContainerLaunch(argv=argv, env=dict(os.environ), cwd=str(sandbox)),
         )
 
@@ -256,8 +267,11 @@ def leftovers() -> list[str]:
 def sweep() -> None:
     for item in leftovers():
         kind, name = item.split()
-        subprocess.run(["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name],
+            capture_output=True,
+            check=False,
+        )
 
 
 @pytest.fixture

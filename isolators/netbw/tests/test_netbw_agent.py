@@ -17,18 +17,21 @@ import sys
 import textwrap
 import threading
 
-import mezzo
 import pytest
+from pyroute2 import AsyncIPRoute
+
+import mezzo
 from mezzo import CommandInfo, ExecutorInfo, Filters, Resources, TaskInfo, TaskState
 from mezzo.testing import LocalProcessCluster, wait_for
 from mezzo_isolator_netbw import links, netns
 from mezzo_isolator_netbw.addressing import Subnet
 from mezzo_isolator_netbw.links import Alias, Names
 from mezzo_isolator_netbw.networks import owner_of
-from pyroute2 import AsyncIPRoute
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and "
-                                "tc qdiscs need CAP_SYS_ADMIN and CAP_NET_ADMIN")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: network namespaces, veth links and tc qdiscs need CAP_SYS_ADMIN and CAP_NET_ADMIN",
+)
 
 ISOLATION = {"isolation": ["posix", "network/bandwidth"]}
 
@@ -57,7 +60,9 @@ class OneTask(mezzo.Scheduler):
             self.done.set()
 
     def final(self) -> mezzo.TaskStatus:
-        assert self.done.wait(60), f"the task did not end: {[mezzo.state_name(s.state) for s in self.statuses]}"
+        assert self.done.wait(60), (
+            f"the task did not end: {[mezzo.state_name(s.state) for s in self.statuses]}"
+        )
         return self.statuses[-1]
 
 
@@ -71,15 +76,26 @@ def run_framework(cluster: LocalProcessCluster, scheduler: OneTask) -> mezzo.Tas
 
 
 def test_a_command_task_is_held_to_its_net_mbps(tmp_path, measurement, programs, no_leftovers):
-    with LocalProcessCluster(1, agent=ISOLATION, agent_resources="cpus:2;mem:512;net_mbps:100",
-                             master={"allocation_interval": 0.05}, directory=str(tmp_path / "cluster")) as cluster:
+    with LocalProcessCluster(
+        1,
+        agent=ISOLATION,
+        agent_resources="cpus:2;mem:512;net_mbps:100",
+        master={"allocation_interval": 0.05},
+        directory=str(tmp_path / "cluster"),
+    ) as cluster:
         (agent,) = cluster.state()["agents"]
         assert agent["resources"]["net_mbps"] == 100  # a custom scalar, offered as given
         m = measurement()
         command = shlex.join([sys.executable, "-c", programs.SENDER, str(m.port)])
-        scheduler = OneTask(lambda offer: TaskInfo(
-            task_id="sender", name="sender", agent_id=offer.agent_id,
-            resources=Resources(cpus=0.5, mem=64, net_mbps=10), command=CommandInfo(value=command)))
+        scheduler = OneTask(
+            lambda offer: TaskInfo(
+                task_id="sender",
+                name="sender",
+                agent_id=offer.agent_id,
+                resources=Resources(cpus=0.5, mem=64, net_mbps=10),
+                command=CommandInfo(value=command),
+            )
+        )
         status = run_framework(cluster, scheduler)
         mbps = m.result()
         print(f"\n[netbw measured] end to end through an agent, net_mbps 10: {mbps:.2f} Mbit/s")
@@ -116,14 +132,28 @@ def test_a_custom_executor_in_its_namespace_reaches_its_agent(tmp_path, no_lefto
     program = tmp_path / "report_executor.py"
     program.write_text(EXECUTOR)
     agent = {**ISOLATION, "listen": "0.0.0.0:0"}  # executors dial the agent through their gateway
-    with LocalProcessCluster(1, agent=agent, agent_resources="cpus:2;mem:512;net_mbps:100",
-                             master={"allocation_interval": 0.05}, directory=str(tmp_path / "cluster")) as cluster:
-        executor = ExecutorInfo(executor_id="report", name="report",
-                                command=CommandInfo(value=f"{sys.executable} {program}"),
-                                resources=Resources(cpus=0.1, mem=64, net_mbps=5))
-        scheduler = OneTask(lambda offer: TaskInfo(
-            task_id="where", name="where", agent_id=offer.agent_id, executor=executor,
-            resources=Resources(cpus=0.1, mem=32, net_mbps=5)))
+    with LocalProcessCluster(
+        1,
+        agent=agent,
+        agent_resources="cpus:2;mem:512;net_mbps:100",
+        master={"allocation_interval": 0.05},
+        directory=str(tmp_path / "cluster"),
+    ) as cluster:
+        executor = ExecutorInfo(
+            executor_id="report",
+            name="report",
+            command=CommandInfo(value=f"{sys.executable} {program}"),
+            resources=Resources(cpus=0.1, mem=64, net_mbps=5),
+        )
+        scheduler = OneTask(
+            lambda offer: TaskInfo(
+                task_id="where",
+                name="where",
+                agent_id=offer.agent_id,
+                executor=executor,
+                resources=Resources(cpus=0.1, mem=32, net_mbps=5),
+            )
+        )
         status = run_framework(cluster, scheduler)
         assert status.state == TaskState.TASK_FINISHED, status.message
         assert status.data.decode().startswith("10.213."), status.data  # inside its own namespace
@@ -133,32 +163,63 @@ def test_a_custom_executor_in_its_namespace_reaches_its_agent(tmp_path, no_lefto
 def test_an_agent_on_loopback_fails_custom_executor_launches_with_the_fix(tmp_path, no_leftovers):
     program = tmp_path / "report_executor.py"
     program.write_text(EXECUTOR)
-    with LocalProcessCluster(1, agent=ISOLATION, agent_resources="cpus:2;mem:512",
-                             master={"allocation_interval": 0.05}, directory=str(tmp_path / "cluster")) as cluster:
-        executor = ExecutorInfo(executor_id="report", name="report",
-                                command=CommandInfo(value=f"{sys.executable} {program}"),
-                                resources=Resources(cpus=0.1, mem=64))
-        scheduler = OneTask(lambda offer: TaskInfo(
-            task_id="where", name="where", agent_id=offer.agent_id, executor=executor,
-            resources=Resources(cpus=0.1, mem=32)))
+    with LocalProcessCluster(
+        1,
+        agent=ISOLATION,
+        agent_resources="cpus:2;mem:512",
+        master={"allocation_interval": 0.05},
+        directory=str(tmp_path / "cluster"),
+    ) as cluster:
+        executor = ExecutorInfo(
+            executor_id="report",
+            name="report",
+            command=CommandInfo(value=f"{sys.executable} {program}"),
+            resources=Resources(cpus=0.1, mem=64),
+        )
+        scheduler = OneTask(
+            lambda offer: TaskInfo(
+                task_id="where",
+                name="where",
+                agent_id=offer.agent_id,
+                executor=executor,
+                resources=Resources(cpus=0.1, mem=32),
+            )
+        )
         status = run_framework(cluster, scheduler)
         assert status.state == TaskState.TASK_FAILED
-        assert "cannot reach the agent" in status.message and 'set agent.listen to "0.0.0.0:' in status.message
+        assert (
+            "cannot reach the agent" in status.message and 'set agent.listen to "0.0.0.0:' in status.message
+        )
     assert no_leftovers() == []
 
 
-def test_an_agent_restarted_after_a_crash_keeps_its_tasks_networks_and_sweeps_the_rest(tmp_path, run,
-                                                                                         no_leftovers):
-    with LocalProcessCluster(1, agent={**ISOLATION, "reconnect_interval": 0.1},
-                             agent_resources="cpus:2;mem:512;net_mbps:100", master={"allocation_interval": 0.05},
-                             directory=str(tmp_path / "cluster")) as cluster:
-        scheduler = OneTask(lambda offer: TaskInfo(
-            task_id="sleeper", name="sleeper", agent_id=offer.agent_id,
-            resources=Resources(cpus=0.5, mem=64, net_mbps=10), command=CommandInfo(value="sleep 60")))
+def test_an_agent_restarted_after_a_crash_keeps_its_tasks_networks_and_sweeps_the_rest(
+    tmp_path, run, no_leftovers
+):
+    with LocalProcessCluster(
+        1,
+        agent={**ISOLATION, "reconnect_interval": 0.1},
+        agent_resources="cpus:2;mem:512;net_mbps:100",
+        master={"allocation_interval": 0.05},
+        directory=str(tmp_path / "cluster"),
+    ) as cluster:
+        scheduler = OneTask(
+            lambda offer: TaskInfo(
+                task_id="sleeper",
+                name="sleeper",
+                agent_id=offer.agent_id,
+                resources=Resources(cpus=0.5, mem=64, net_mbps=10),
+                command=CommandInfo(value="sleep 60"),
+            )
+        )
         driver = mezzo.SchedulerDriver(scheduler, mezzo.FrameworkInfo(name="netbw-restart"), cluster.master)
         driver.start()
         try:
-            wait_for(lambda: any(s.state == TaskState.TASK_RUNNING for s in scheduler.statuses), 20, "the task to run")
+            wait_for(
+                lambda: any(s.state == TaskState.TASK_RUNNING for s in scheduler.statuses),
+                20,
+                "the task to run",
+            )
             (run_dir,) = (cluster.dir / "agent-1").glob("frameworks/*/executors/sleeper/runs/*")
             task = Names.of(run_dir.name)
             assert sorted(no_leftovers()) == sorted([f"netns {task.netns}", f"link {task.host_if}"])
@@ -170,19 +231,30 @@ def test_an_agent_restarted_after_a_crash_keeps_its_tasks_networks_and_sweeps_th
             async def half_made():
                 await netns.create(orphan.netns)
                 async with AsyncIPRoute() as host:
-                    await links.create_pair(host, orphan, Subnet("10.213.0.0/16").block(100),
-                                            Alias("orphan-of-the-crash", orphan.netns, owner_of(agent_pid)))
+                    await links.create_pair(
+                        host,
+                        orphan,
+                        Subnet("10.213.0.0/16").block(100),
+                        Alias("orphan-of-the-crash", orphan.netns, owner_of(agent_pid)),
+                    )
 
             run(half_made())
             cluster.kill("agent-1", signal.SIGKILL)
             cluster.start_agent(1)
             cluster.wait_for_agents(1)
             # The running task's network is kept (and now owned by the new agent); the orphan's is gone.
-            wait_for(lambda: sorted(no_leftovers()) == sorted([f"netns {task.netns}", f"link {task.host_if}"]), 10,
-                     "the restarted agent to sweep the leftovers")
+            wait_for(
+                lambda: sorted(no_leftovers()) == sorted([f"netns {task.netns}", f"link {task.host_if}"]),
+                10,
+                "the restarted agent to sweep the leftovers",
+            )
             new_owner = owner_of(cluster.procs["agent-1"].pid)
-            assert f"owner={new_owner}" in subprocess.run(["ip", "link", "show", task.host_if], capture_output=True,
-                                                          text=True, check=True).stdout
+            assert (
+                f"owner={new_owner}"
+                in subprocess.run(
+                    ["ip", "link", "show", task.host_if], capture_output=True, text=True, check=True
+                ).stdout
+            )
             driver.kill_task("sleeper")
             assert scheduler.final().state == TaskState.TASK_KILLED
             wait_for(lambda: no_leftovers() == [], 10, "the killed task's network to be removed")

@@ -6,13 +6,16 @@ import os
 import subprocess
 
 import pytest
+from pyroute2 import AsyncIPRoute
+
 from mezzo_isolator_netbw import links, netns, shaping
 from mezzo_isolator_netbw.addressing import Subnet
 from mezzo_isolator_netbw.links import Alias, Names
-from pyroute2 import AsyncIPRoute
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces, veth links and "
-                                "tc qdiscs need CAP_SYS_ADMIN and CAP_NET_ADMIN")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="needs root: network namespaces, veth links and tc qdiscs need CAP_SYS_ADMIN and CAP_NET_ADMIN",
+)
 
 
 def ip(*args: str) -> str:
@@ -34,8 +37,13 @@ def read(path: str) -> str:
 
 def namespace_of_a_child(fd: int) -> str:
     """``/proc/self/ns/net`` of a child that entered namespace ``fd`` before exec."""
-    return subprocess.run(["readlink", "/proc/self/ns/net"], preexec_fn=netns.entering(fd),
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["readlink", "/proc/self/ns/net"],
+        preexec_fn=netns.entering(fd),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_namespace_create_list_remove(run, no_leftovers):
@@ -65,8 +73,9 @@ def test_veth_addresses_and_qdiscs(run, no_leftovers):
         await netns.create(names.netns)
         try:
             async with AsyncIPRoute() as host:
-                index = await links.create_pair(host, names, block, Alias("layer-test-container", names.netns,
-                                                                           "1:1"))
+                index = await links.create_pair(
+                    host, names, block, Alias("layer-test-container", names.netns, "1:1")
+                )
                 await shaping.shape(host, index, 30)
                 assert await shaping.rate_mbps(host, index) == pytest.approx(30)
                 (found,) = [link for link in await links.host_links(host) if link.ifname == names.host_if]
@@ -81,7 +90,9 @@ def test_veth_addresses_and_qdiscs(run, no_leftovers):
             # What the kernel says, through iproute2.
             host_side = ip("-o", "addr", "show", "dev", names.host_if)
             assert "inet 10.213.0.13/30" in host_side
-            assert "mezzo network/bandwidth container=layer-test-container" in ip("link", "show", names.host_if)
+            assert "mezzo network/bandwidth container=layer-test-container" in ip(
+                "link", "show", names.host_if
+            )
             assert read(f"/proc/sys/net/ipv4/conf/{names.host_if}/forwarding").strip() == "1"
             inside_addr = ip("-n", names.netns, "-o", "addr", "show")
             assert "eth0    inet 10.213.0.14/30" in inside_addr
@@ -91,13 +102,16 @@ def test_veth_addresses_and_qdiscs(run, no_leftovers):
             assert "rate 30Mbit" in tc("class", "show", "dev", names.host_if)
 
             async with links.inside(names.netns) as inside:
-                eth = await links.index_of(inside, "eth0")
-                await shaping.shape(inside, eth, 0)  # unlimited: the qdisc goes
-                assert await shaping.rate_mbps(inside, eth) == 0.0
+                eth0 = await links.index_of(inside, "eth0")
+                assert eth0 is not None
+                await shaping.shape(inside, eth0, 0)  # unlimited: the qdisc goes
+                assert await shaping.rate_mbps(inside, eth0) == 0.0
             assert "htb" not in tc_inside(names.netns, "qdisc", "show", "dev", "eth0")
 
             async with AsyncIPRoute() as host:
-                received, sent = await links.counters(host, names.host_if)
+                counters = await links.counters(host, names.host_if)
+                assert counters is not None
+                received, sent = counters
                 assert received >= 0 and sent >= 0
                 assert await links.delete_link(host, names.host_if) is True
                 assert await links.delete_link(host, names.host_if) is False

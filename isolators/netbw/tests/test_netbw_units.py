@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+
 from mezzo.errors import ConfigError
 from mezzo.resources import Resources
 from mezzo_isolator_netbw import NetBandwidthIsolator
@@ -22,7 +23,12 @@ def test_blocks_of_a_subnet():
     subnet = Subnet("10.213.0.0/16")
     assert subnet.size == 16384
     b = subnet.block(0)
-    assert (b.gateway, b.address, b.prefixlen, str(b.network)) == ("10.213.0.1", "10.213.0.2", 30, "10.213.0.0/30")
+    assert (b.gateway, b.address, b.prefixlen, str(b.network)) == (
+        "10.213.0.1",
+        "10.213.0.2",
+        30,
+        "10.213.0.0/30",
+    )
     b = subnet.block(65)
     assert (b.gateway, b.address) == ("10.213.1.5", "10.213.1.6")
     assert subnet.index_of("10.213.1.6") == 65 and subnet.index_of("10.213.1.4") == 65
@@ -40,12 +46,15 @@ def test_a_full_subnet_says_so():
         subnet.first_free({0, 1})
 
 
-@pytest.mark.parametrize("cidr, problem", [
-    ("10.213.0.1/16", "host bits set"),
-    ("10.213.0.0/31", "smaller than one /30"),
-    ("fd00::/64", "not an IPv4 network"),
-    ("nonsense", "does not appear to be"),
-])
+@pytest.mark.parametrize(
+    "cidr, problem",
+    [
+        ("10.213.0.1/16", "host bits set"),
+        ("10.213.0.0/31", "smaller than one /30"),
+        ("fd00::/64", "not an IPv4 network"),
+        ("nonsense", "does not appear to be"),
+    ],
+)
 def test_bad_subnets(cidr, problem):
     with pytest.raises(ValueError, match=problem):
         Subnet(cidr)
@@ -80,15 +89,18 @@ def test_rates():
     assert burst_bytes(rate_bytes(10_000)) == 2_500_000
 
 
-@pytest.mark.parametrize("settings, key, problem", [
-    ({"subnet": "10.0.0.0/33"}, f"{KEY}.subnet", "10.0.0.0/33"),
-    ({"subnet": 10}, f"{KEY}.subnet", "expected a str"),
-    ({"default_mbps": -1}, f"{KEY}.default_mbps", "a number >= 0"),
-    ({"default_mbps": "fast"}, f"{KEY}.default_mbps", "a number >= 0"),
-    ({"default_mbps": True}, f"{KEY}.default_mbps", "a number >= 0"),
-    ({"ingress": "yes"}, f"{KEY}.ingress", "expected a bool"),
-    ({"rate": 10}, f"{KEY}.rate", "unknown setting (known: subnet, default_mbps, ingress)"),
-])
+@pytest.mark.parametrize(
+    "settings, key, problem",
+    [
+        ({"subnet": "10.0.0.0/33"}, f"{KEY}.subnet", "10.0.0.0/33"),
+        ({"subnet": 10}, f"{KEY}.subnet", "expected a str"),
+        ({"default_mbps": -1}, f"{KEY}.default_mbps", "a number >= 0"),
+        ({"default_mbps": "fast"}, f"{KEY}.default_mbps", "a number >= 0"),
+        ({"default_mbps": True}, f"{KEY}.default_mbps", "a number >= 0"),
+        ({"ingress": "yes"}, f"{KEY}.ingress", "expected a bool"),
+        ({"rate": 10}, f"{KEY}.rate", "unknown setting (known: subnet, default_mbps, ingress)"),
+    ],
+)
 def test_settings_are_checked_before_anything_else(settings, key, problem):
     with pytest.raises(ConfigError) as info:
         NetBandwidthIsolator(settings, key=KEY)

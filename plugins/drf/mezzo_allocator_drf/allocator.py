@@ -43,6 +43,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
 from mezzo.hookspecs import AllocationCycle, Allocator
 from mezzo.resources import SCALE, Resources
 from mezzo.setting_checks import expect_table, reject_unknown, subkey

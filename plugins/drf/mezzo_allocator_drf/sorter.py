@@ -209,6 +209,7 @@ class DRFSorter:
 
     def _unlink(self, fid: str, c: _Client) -> None:
         # Entries are unique (seq), so bisect_left lands exactly on this client's.
+        assert c.entry is not None, f"framework {fid} is not in the order"
         i = bisect_left(self._entries, c.entry)
         del self._entries[i]
         del self._order[i]

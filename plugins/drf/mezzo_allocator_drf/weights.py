@@ -30,6 +30,7 @@ from mezzo.setting_checks import expect_table, kind_of, reject_unknown, subkey
 if TYPE_CHECKING:
     from mezzo.wire.ttypes import FrameworkInfo
 
+
 def parse_weight(value: Any, key: str) -> float:
     # bool is an int in Python but never a weight in TOML.
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -8,6 +8,7 @@ under any pytest import mode.
 from __future__ import annotations
 
 import pytest
+
 from mezzo.testing import ScriptedCycle
 from mezzo.wire.ttypes import FrameworkInfo
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mezzo.resources import Resources
 from mezzo_allocator_drf import DRFAllocator
 
@@ -157,7 +158,7 @@ def test_full_cycle_at_benchmark_scale_completes(fake_cycle):
     cycle = fake_cycle(a, free_agents(10_000), refused)
     a.allocate(cycle)
     assert len(cycle.offers) == 10_000
-    got = {}
+    got: dict[str, int] = {}
     for f, _ in cycle.offers:
         got[f] = got.get(f, 0) + 1
     assert set(got.values()) == {10}  # progressive filling: equal shares at the end

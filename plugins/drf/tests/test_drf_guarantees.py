@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import threading
 
-import mezzo
 import pytest
 import structlog
+
+import mezzo
 from mezzo import Resources
 from mezzo.testing import ClusterError, LocalProcessCluster
 from mezzo_allocator_drf import DRFAllocator

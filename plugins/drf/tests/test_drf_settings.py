@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from mezzo.errors import ConfigError
 from mezzo_allocator_drf import DRFAllocator
 
@@ -70,12 +71,14 @@ def test_valid_guarantees():
         key=KEY,
     )
     assert a.weights.roles == {"mpi": 2.0}  # weights are read alongside
+    assert a.guarantees is not None
     assert a.guarantees.roles == {"mpi": Fraction(1, 4)}
     assert a.guarantees.frameworks == {"nightly": Fraction(1, 10), "all": Fraction(13, 20)}
     # exactly 1 as written (0.7 + 0.2 + 0.1 is not 1 in binary floats) and a whole 1 are fine
     DRFAllocator({"guarantees": {"frameworks": {"a": 0.7, "b": 0.2, "c": 0.1}}}, key=KEY)
     DRFAllocator({"guarantees": {"roles": {"everything": 1}}}, key=KEY)
-    assert DRFAllocator({"guarantees": {}}, key=KEY).guarantees.roles == {}
+    empty = DRFAllocator({"guarantees": {}}, key=KEY).guarantees
+    assert empty is not None and empty.roles == {}
     assert DRFAllocator({}, key=KEY).guarantees is None
 
 

@@ -180,9 +180,9 @@ class LotteryAllocator(DRFAllocator):
             if fid not in refused and may_offer(fid, agent_id):
                 offer(fid, agent_id)
                 continue
-            fid = self._redraw(agent_id, fid, refused, may_offer)
-            if fid is not None:
-                offer(fid, agent_id)
+            other = self._redraw(agent_id, fid, refused, may_offer)
+            if other is not None:
+                offer(other, agent_id)
 
     def _redraw(
         self, agent_id: str, first: str, refused: Collection[str], may_offer: Callable[[str, str], bool]
@@ -207,7 +207,7 @@ class LotteryAllocator(DRFAllocator):
         # 2. Only the frameworks that did not decline the agent and were not asked yet.
         cand: list[str] = []
         weights: list[float] = []
-        for fid, w in zip(self._fids, self._weights):
+        for fid, w in zip(self._fids, self._weights, strict=True):
             if fid not in refused and fid not in verdicts:
                 cand.append(fid)
                 weights.append(w)
@@ -217,7 +217,7 @@ class LotteryAllocator(DRFAllocator):
         if fid is not None:
             return fid
         # 3. Ask about each remaining candidate; draw among those that may take the agent.
-        ok = [(f, w) for f, w in zip(cand, weights) if eligible(f)]
+        ok = [(f, w) for f, w in zip(cand, weights, strict=True) if eligible(f)]
         if not ok:
             return None
         return _draw([f for f, _ in ok], list(accumulate(w for _, w in ok)), rnd, eligible, 1)

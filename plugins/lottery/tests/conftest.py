@@ -10,6 +10,7 @@ pytest import mode.
 from __future__ import annotations
 
 import pytest
+
 from mezzo.testing import ScriptedCycle
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from mezzo.resources import Resources
 from mezzo.wire.ttypes import FrameworkInfo
 from mezzo_allocator_drf import DRFAllocator
@@ -34,7 +35,7 @@ def winners(cycle) -> Counter:
 
 def test_weights_one_and_three_win_a_quarter_and_three_quarters(fake_cycle):
     a = make({"weights": {"roles": {"big": 3}}}, frameworks=["small", "large:big"], agents=1)
-    got = Counter()
+    got: Counter[str] = Counter()
     for _ in range(4_000):  # 4,000 cycles of one free agent: one draw each
         cycle = fake_cycle(a, free_agents(1))
         a.allocate(cycle)

@@ -14,8 +14,9 @@ import contextlib
 import threading
 from collections import Counter
 
-import mezzo
 import pytest
+
+import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.testing import LocalProcessCluster, wait_for
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from mezzo import config
 from mezzo.errors import ConfigError
 from mezzo_allocator_lottery import LotteryAllocator

@@ -7,6 +7,7 @@ ships for allocator unit tests.
 from __future__ import annotations
 
 import pytest
+
 from mezzo.testing import ScriptedCycle
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from mezzo.errors import ConfigError
 from mezzo.resources import Resources
 from mezzo.wire.ttypes import FrameworkInfo
