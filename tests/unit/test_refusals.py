@@ -1,12 +1,21 @@
 """RefuseFilters: refusals per (framework, agent) that always cover the agent's free
-pool, lapse when the pool grows past them, and expire."""
+pool, lapse when the pool grows past them, add up part by part, and expire. The
+last tests decline offers through a master (no sockets, a clock of their own)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
+import pytest
+
+from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, TaskInfo, TaskState, TaskStatus
+from mezzo.config import MasterConfig
+from mezzo.master import Master
 from mezzo.master.refusals import RefuseFilters
+from mezzo.plugins import load_plugins
 from mezzo.resources import Resources
+from mezzo.wire.ttypes import RunningTask
 
 R4 = Resources(cpus=4, mem=1024)
 R2 = Resources(cpus=2, mem=512)
@@ -53,14 +62,91 @@ def test_refusals_lapse_when_the_free_pool_grows_past_them():
     assert len(f) == 0 and f.of_agent("ag") is None
 
 
-def test_second_refusal_widens_and_extends():
+def test_second_refusal_adds_up_and_each_part_keeps_its_expiry():
     f = RefuseFilters()
     f.add("fw", "ag", Resources(cpus=1), until=5, free=Resources(cpus=1))
-    f.add("fw", "ag", Resources(mem=100), until=3, free=Resources(cpus=1, mem=100))
+    f.free_grew("ag", Resources(cpus=1, mem=100))  # the memory the framework gives back...
+    f.add("fw", "ag", Resources(mem=100), until=3, free=Resources(cpus=1, mem=100))  # ...refused
     assert len(f) == 1
-    assert f.refuses("fw", "ag", now=4)  # both, until the later time
-    f.free_grew("ag", Resources(cpus=1, mem=101))
-    assert not f.refuses("fw", "ag", now=4)
+    assert f.of_agent("ag")["fw"] == (3, Resources(cpus=1, mem=100))  # the sum, until the first end
+    assert f.refuses("fw", "ag", now=2)
+    assert f.expire(3) == 1  # the cpu alone does not cover what is free: offer the agent again
+    assert not f.refuses("fw", "ag", now=3) and len(f) == 0
+
+
+def test_growth_beyond_the_sum_of_the_parts_ends_the_refusal():
+    f = RefuseFilters()
+    f.add("fw", "ag", R2, until=60, free=R2)
+    f.free_grew("ag", R4)
+    f.add("fw", "ag", R2, until=1, free=R4)
+    f.free_grew("ag", R4 + Resources(cpus=1))
+    assert len(f) == 0 and f.of_agent("ag") is None
+
+
+# A framework holds two offers of one agent, each half of it (the second was made
+# when the other half came free), and declines them: one for 60 s, the other for
+# 1 s. The master puts the declined half back (free_grew) before refusing it (add).
+
+
+def decline_both_halves(f: RefuseFilters, first: float, second: float) -> None:
+    f.add("fw", "ag", R2, until=first, free=R2)  # the other half is still in an offer
+    f.free_grew("ag", R4)
+    f.add("fw", "ag", R2, until=second, free=R4)
+
+
+def test_declining_the_rest_of_an_agent_refuses_the_whole_agent_until_the_shorter_refusal_ends():
+    f = RefuseFilters()
+    decline_both_halves(f, first=60, second=1)
+    assert len(f) == 1 and f.refused_by_all("ag", frameworks=1)
+    assert f.refuses("fw", "ag", now=0.5)
+    assert f.next_expiry() == 1
+    # The 60 s half alone does not cover the whole free agent: offered again, whole.
+    assert f.expire(1) == 1
+    assert not f.refuses("fw", "ag", now=1) and f.of_agent("ag") is None
+
+
+def test_the_order_of_the_two_refusals_does_not_matter():
+    f = RefuseFilters()
+    decline_both_halves(f, first=1, second=60)
+    assert f.refuses("fw", "ag", now=0.5)
+    assert f.expire(1) == 1 and len(f) == 0
+
+
+def test_the_longer_part_stays_while_it_alone_covers_what_is_free():
+    f = RefuseFilters()
+    f.add("fw", "ag", R2, until=60, free=R2)
+    # Another framework is offered those R2 (free shrinks, unreported); the framework
+    # gives back R2 it held in an older offer: R2 is free again.
+    f.free_grew("ag", R2)
+    f.add("fw", "ag", R2, until=1, free=R2)
+    assert f.of_agent("ag")["fw"] == (1, R4)
+    assert f.expire(1) == 0
+    assert f.of_agent("ag")["fw"] == (60, R2)
+    assert f.refuses("fw", "ag", now=30)
+    f.free_grew("ag", R4)  # more than the 60 s part covers
+    assert len(f) == 0
+
+
+def test_growth_the_framework_did_not_give_back_is_not_taken_back():
+    f = RefuseFilters()
+    f.add("fw", "ag", R2, until=60, free=R2)
+    f.free_grew("ag", R4)  # a task ended: the framework never saw these
+    assert len(f) == 0
+    f.free_grew("ag", R4 + R2)  # the framework gives R2 back: the ended refusal stays ended
+    f.add("fw", "ag", R2, until=1, free=R4 + R2)
+    assert len(f) == 0
+
+
+def test_a_refusal_of_the_whole_free_pool_takes_no_ended_part_back():
+    # The revocation monitor's hold: after a task's end grew the pool, every other
+    # framework refuses all that is free. The growth ended fw's own refusal.
+    f = RefuseFilters()
+    f.add("fw", "ag", R2, until=60, free=R2)
+    f.free_grew("ag", R4)
+    f.add("fw", "ag", R4, until=5, free=R4)
+    assert f.of_agent("ag")["fw"] == (5, R4)
+    f.free_grew("ag", R4 + Resources(cpus=1))
+    assert len(f) == 0
 
 
 def test_infinite_and_nan_until_never_expire_and_are_not_queued():
@@ -145,3 +231,98 @@ def test_refused_by_all_counts_frameworks():
     assert not f.refused_by_all("ag", frameworks=2) and f.refused_by_all("ag", frameworks=1)
     f.expire(10)
     assert f.of_agent("ag") is None
+
+
+# ----------------------------------------------------------- through the master
+
+
+class Recorder:
+    """Stands in for a connection: keeps the offers the master sends on it."""
+
+    def __init__(self, name: str) -> None:
+        self.peer = name
+        self.tag = None
+        self.offers: list = []
+
+    def remote(self, schema):
+        recorder = self
+
+        class _Calls:
+            def __getattr__(self, method):
+                assert method in schema.methods, method
+                if method == "resource_offers":
+                    return recorder.offers.extend
+                return lambda *args: None
+
+        return _Calls()
+
+    def close(self) -> None:
+        pass
+
+    def take(self) -> list[tuple[str, float]]:
+        """(offer id, cpus) of the offers made since the last call."""
+        made, self.offers = self.offers, []
+        return [(o.offer_id, o.resources.get("cpus")) for o in made]
+
+
+class ClockedMaster(Master):
+    clock = 1000.0
+
+    @property
+    def now(self) -> float:
+        return self.clock
+
+
+@pytest.fixture
+def master():
+    m = ClockedMaster(MasterConfig(allocation_interval=0.01), load_plugins())
+    m._loop = asyncio.new_event_loop()  # timers only; no I/O
+    m._become_leader()
+    yield m
+    m._cancel_timers()
+    m._loop.close()
+
+
+def two_halves(master: Master) -> tuple[Recorder, str, str]:
+    """Framework F1 holds two offers of agent A1's 4 cpus, 2 cpus each: the first made
+    while another framework's task held the other half, the second when it ended."""
+    sched, agent = Recorder("scheduler"), Recorder("agent")
+    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    task = TaskInfo(task_id="t", agent_id="A1", resources=Resources(cpus=2, mem=64),
+                    command=CommandInfo(value="sleep 60"))
+    running = RunningTask(framework_id="G", task=task,
+                          latest=TaskStatus(task_id="t", state=TaskState.TASK_RUNNING, uuid="u1"))
+    master.reregister_agent(agent, AgentInfo(agent_id="A1", hostname="h", port=5051,
+                                             resources=Resources(cpus=4, mem=1024)),
+                            [running], [], [FrameworkInfo(name="g", framework_id="G")])
+    master._allocate()
+    master.status_update(agent, TaskStatus(task_id="t", state=TaskState.TASK_FINISHED, framework_id="G",
+                                           agent_id="A1", uuid="u2"))
+    master._allocate()
+    (first, cpus1), (second, cpus2) = sched.take()
+    assert cpus1 == cpus2 == 2.0
+    return sched, first, second
+
+
+def test_declining_both_halves_keeps_the_agent_until_the_shorter_refusal_ends(master):
+    sched, first, second = two_halves(master)
+    master.decline_offer(sched, "F1", [first], Filters(refuse_seconds=60))
+    master.decline_offer(sched, "F1", [second], Filters(refuse_seconds=1))
+    master._allocate()
+    assert sched.take() == []  # it declined all of the agent
+    master.clock += 0.999
+    master._allocate()
+    assert sched.take() == []
+    master.clock += 0.001
+    master._allocate()  # what the 60 s refusal covers is less than what is free
+    assert [cpus for _, cpus in sched.take()] == [4.0]
+
+
+def test_declining_both_halves_at_once_refuses_the_whole_agent(master):
+    sched, first, second = two_halves(master)
+    master.decline_offer(sched, "F1", [first, second], Filters(refuse_seconds=5))
+    master._allocate()
+    assert sched.take() == []
+    master.clock += 5
+    master._allocate()
+    assert [cpus for _, cpus in sched.take()] == [4.0]
