@@ -3,6 +3,7 @@
 #               two demo frameworks sharing it; prints progress and a summary.
 #   make test   install everything and run the whole test suite.
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml.
+#   make hooks-doc  regenerate docs/hooks.md after a change to core/mezzo/hookspecs.py.
 # Everything installs into ./.venv; system packages (thrift-compiler, zookeeper) via apt-get.
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # What `make lint` checks (core/mezzo/wire, generated, is excluded in pyproject.toml).
 LINT_PATHS := core plugins isolators bench docs
 
-.PHONY: setup run test lint thrift check-thrift bench bench-quick clean
+.PHONY: setup run test lint hooks-doc thrift check-thrift bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -49,6 +50,10 @@ lint: setup
 		echo "mypy $$root"; $(VENV)/bin/mypy $$root || status=1; \
 	done; \
 	exit $$status
+
+# docs/hooks.md from core/mezzo/hookspecs.py and docs/hooks.md.in (standard library only).
+hooks-doc:
+	$(PYTHON) docs/hooks_doc.py
 
 thrift:
 	thrift/generate.sh
