@@ -31,6 +31,7 @@ from _report import write_section
 from mezzo import AgentInfo, Filters, FrameworkInfo, Resources
 from mezzo.config import MasterConfig
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.master import tune_gc
 from mezzo.master.records import TaskRecord
 from mezzo.plugins import load_plugins
@@ -44,29 +45,28 @@ USED_PER_AGENT = Resources.parse("cpus:16;mem:2014;disk:1024")
 def build(agents: int, frameworks: int, allocator: str):
     import asyncio
 
-    master = Master(MasterConfig(offer_timeout=0, allocator=_alloc_config(allocator)), load_plugins())
-    master._loop = asyncio.new_event_loop()  # for master.now; no I/O happens
-    master._become_leader()  # a lone master leads from start(); without it no cycle runs
+    master = Master(MasterConfig(offer_timeout=0, allocator=_alloc_config(allocator)), load_plugins(), clock=ManualClock())
+    master.lead()  # a lone master leads from start(); without it no cycle runs
     fconns = []
     for i in range(frameworks):
         conn = NullConnection(f"framework-{i}")
-        master.register_framework(conn, FrameworkInfo(name=f"fw-{i}"))
+        master.service.register_framework(conn, FrameworkInfo(name=f"fw-{i}"))
         fconns.append(conn)
-    fids = list(master.frameworks)
+    fids = list(master.state.frameworks)
     for i in range(agents):
         conn = NullConnection(f"agent-{i}")
-        master.register_agent(conn, AgentInfo(hostname=f"host-{i}", port=5051,
+        master.service.register_agent(conn, AgentInfo(hostname=f"host-{i}", port=5051,
                                               resources=Resources.parse(AGENT_RESOURCES)))
     # Like the Mesos benchmark, each agent already runs 16 cpus of one framework's tasks.
-    for i, agent in enumerate(master.agents.values()):
+    for i, agent in enumerate(master.state.agents.values()):
         fid = fids[i % frameworks]
         task = TaskInfo(task_id=f"used-{i}", agent_id=agent.id, resources=USED_PER_AGENT,
                         command=CommandInfo(value="true"))
         tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=task, resources=USED_PER_AGENT)
-        master.frameworks[fid].tasks[task.task_id] = tr
+        master.state.frameworks[fid].tasks[task.task_id] = tr
         agent.tasks[(fid, task.task_id)] = tr
         agent.free = agent.free - USED_PER_AGENT
-        master.allocator.allocated(fid, USED_PER_AGENT)
+        master.state.allocator.allocated(fid, USED_PER_AGENT)
     return master, fconns
 
 
@@ -81,11 +81,11 @@ def decline_everything(master: Master, fconns) -> int:
     by_id = {c.tag.framework_id: c for c in fconns}
     n = 0
     forever = Filters(refuse_seconds=float(2**31 - 1))
-    for fid, record in list(master.frameworks.items()):
+    for fid, record in list(master.state.frameworks.items()):
         if record.offers:
             ids = list(record.offers)
             n += len(ids)
-            master.decline_offer(by_id[fid], fid, ids, forever)
+            master.service.decline_offer(by_id[fid], fid, ids, forever)
     return n
 
 
@@ -113,7 +113,7 @@ def run(agents: int, frameworks: int, rounds: int, allocator: str, profile_round
             profiler = cProfile.Profile()
             profiler.enable()
         started = time.perf_counter()
-        master._allocate()
+        master.term.allocation.run()
         elapsed = time.perf_counter() - started
         if profiler is not None:
             import pstats
@@ -121,7 +121,7 @@ def run(agents: int, frameworks: int, rounds: int, allocator: str, profile_round
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
         timings.append(elapsed)
-        offers.append(master.last_cycle["offers"])
+        offers.append(master.term.allocation.last_cycle["offers"])
         if r % 50 == 0 or r == rounds - 1 or elapsed > 1.0:
             print(f"  round {r:4d}: {elapsed * 1000:8.1f} ms, {offers[-1]:6d} offers", flush=True)
     return {"setup": setup, "timings": timings, "offers": offers}

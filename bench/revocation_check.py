@@ -35,7 +35,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import statistics
 import sys
@@ -46,6 +45,7 @@ from _report import write_section
 from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.config import from_dict
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.master import tune_gc
 from mezzo.plugins import load_plugins
 
@@ -82,37 +82,36 @@ def build(agents: int, frameworks: int, layout: str):
     framework's connection if ``late``."""
     config = from_dict({"master": {"revocation_delay": DELAY, "revocation_grace_period": 5.0,
                                    "offer_timeout": 0, "allocator": {"name": "drf"}}}).master
-    master = Master(config, load_plugins())
-    master._loop = asyncio.new_event_loop()  # timers only; none runs
-    master._become_leader()
+    master = Master(config, load_plugins(), clock=ManualClock())
+    master.lead()
     fconns = []
     for i in range(frameworks):
         conn = NullConnection(f"framework-{i}")
-        master.register_framework(conn, FrameworkInfo(name=f"fw-{i}", framework_id=f"fw-{i}"))
+        master.service.register_framework(conn, FrameworkInfo(name=f"fw-{i}", framework_id=f"fw-{i}"))
         fconns.append(conn)
     aconns = []
     per_conn = 1000  # like the emulated agents, many agents share a connection
     for i in range(agents):
         if i % per_conn == 0:
             aconns.append(NullConnection(f"agents-{i // per_conn}"))
-        master.register_agent(aconns[-1], AgentInfo(hostname=f"host-{i}", port=5051, resources=AGENT_RESOURCES))
+        master.service.register_agent(aconns[-1], AgentInfo(hostname=f"host-{i}", port=5051, resources=AGENT_RESOURCES))
     # Who fills which agent.
-    agent_ids = list(master.agents)
+    agent_ids = list(master.state.agents)
     if layout == "greedy":
         half = agents // 2
         owners = [0] * half + [1 + (j * (frameworks - 1)) // (agents - half) for j in range(agents - half)]
     else:
         owners = [(j * frameworks) // agents for j in range(agents)]
     for n, (aid, owner) in enumerate(zip(agent_ids, owners)):
-        agent = master.agents[aid]
-        record = master.frameworks[f"fw-{owner}"]
+        agent = master.state.agents[aid]
+        record = master.state.frameworks[f"fw-{owner}"]
         # What an allocation cycle does for one offer (AllocationCycle.offer).
         resources, agent.free = agent.free, Resources()
-        offer = master.offer_book.create(record, agent, resources, master.now)
-        master.allocator.allocated(record.id, resources)
+        offer = master.state.offer_book.create(record, agent, resources, master.state.now())
+        master.state.allocator.allocated(record.id, resources)
         tasks = [TaskInfo(task_id=f"t-{n}-{k}", agent_id=aid, resources=TASK_RESOURCES,
                           command=CommandInfo(value="sleep 3600")) for k in range(SLOTS)]
-        master.launch_tasks(fconns[owner], record.id, [offer.id], tasks, Filters(refuse_seconds=0))
+        master.service.launch_tasks(fconns[owner], record.id, [offer.id], tasks, Filters(refuse_seconds=0))
     return master, fconns, aconns
 
 
@@ -120,22 +119,22 @@ def add_late(master: Master, reserves: int = 0) -> None:
     """Register the late framework, and ``reserves`` frameworks that want no offers
     (they only lower everyone's guarantee: more of it is then above)."""
     conn = NullConnection("late")
-    master.register_framework(conn, FrameworkInfo(name="late", framework_id="late"))
+    master.service.register_framework(conn, FrameworkInfo(name="late", framework_id="late"))
     for i in range(reserves):
         conn = NullConnection(f"reserve-{i}")
         fid = f"reserve-{i}"
-        master.register_framework(conn, FrameworkInfo(name=fid, framework_id=fid))
-        master.set_needs_offers(conn, fid, False)
+        master.service.register_framework(conn, FrameworkInfo(name=fid, framework_id=fid))
+        master.service.set_needs_offers(conn, fid, False)
 
 
 def run_case(master: Master, case: str, rounds: int) -> dict:
-    monitor = master.revocation
+    monitor = master.term.revocation
     policy = monitor.policy = TimedPolicy(monitor.policy)
     starved = case in ("greedy", "spread")
     timings, policy_s, victims = [], [], []
     for _ in range(rounds):
-        now = master.now
-        for fid in master.frameworks:
+        now = master.state.now()
+        for fid in master.state.frameworks:
             idle = case == "quiet" or (fid == "late") or (case == "spread")
             monitor.waiting_since[fid] = now - DELAY - 1 if idle else now
         monitor.revoking.clear()
@@ -167,12 +166,12 @@ def run_size(agents: int, frameworks: int, rounds: int, cases: list[str]) -> lis
             continue
         t0 = time.perf_counter()
         master, _, _ = build(agents, frameworks, layout)
-        tasks = sum(len(f.tasks) for f in master.frameworks.values())
+        tasks = sum(len(f.tasks) for f in master.state.frameworks.values())
         print(f"{agents:,} agents x {frameworks} frameworks, {tasks:,} tasks ({layout}): "
               f"set-up {time.perf_counter() - t0:.1f} s", flush=True)
         tune_gc()  # what Master.start does in the daemon
         for case in wanted:
-            if case in ("greedy", "spread") and "late" not in master.frameworks:
+            if case in ("greedy", "spread") and "late" not in master.state.frameworks:
                 add_late(master, reserves=frameworks // 10 if case == "spread" else 0)
             res = run_case(master, case, rounds)
             res.update(agents=agents, frameworks=frameworks, tasks=tasks)
@@ -181,8 +180,7 @@ def run_size(agents: int, frameworks: int, rounds: int, cases: list[str]) -> lis
                   f"max {res['max'] * 1000:.2f}, first {res['first'] * 1000:.2f}); policy.select "
                   f"{res['policy'] * 1000:.2f} ms; holders {res['holders']}, tasks offered {res['held_tasks']:,}, "
                   f"victims {res['victims']}, starved {res['starved'][:3]}", flush=True)
-        master._cancel_timers()
-        master._loop.close()
+        master.term.close()
         del master
         gc.collect()
     return results

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping, Protocol, Sequence
 
 import pluggy
 
@@ -245,6 +245,46 @@ class Allocator(Component):
         return 0.0
 
 
+class FrameworkView(Protocol):
+    """What an offer filter sees of a framework: the master's record, read-only."""
+
+    @property
+    def id(self) -> str:
+        """The framework id."""
+
+    @property
+    def info(self) -> "FrameworkInfo":
+        """What its scheduler registered (name, role, ...)."""
+
+    @property
+    def agent_whitelist(self) -> "frozenset[str] | None":
+        """``set_filters`` agents: the agent ids or hostnames it wants offers of; None = any."""
+
+    @property
+    def min_free(self) -> "Resources | None":
+        """``set_filters`` min_free: offer only agents with at least this free; None = any."""
+
+
+class AgentView(Protocol):
+    """What an offer filter sees of an agent: the master's record, read-only."""
+
+    @property
+    def id(self) -> str:
+        """The agent id."""
+
+    @property
+    def info(self) -> "AgentInfo":
+        """What the agent registered: hostname, port, attributes (str to str)."""
+
+    @property
+    def total(self) -> "Resources":
+        """Everything the agent has, used or not."""
+
+    @property
+    def hostname(self) -> str:
+        """``info.hostname``."""
+
+
 class OfferFilter(Component):
     """A predicate run on the master before offering an agent to a framework.
 
@@ -257,17 +297,20 @@ class OfferFilter(Component):
     kind = "offer_filter"
 
     @abc.abstractmethod
-    def refuse(self, framework: Any, agent: Any, free: "Resources") -> str | None:
+    def refuse(self, framework: FrameworkView, agent: AgentView, free: "Resources") -> str | None:
         """Return ``None`` to allow offering ``free`` on ``agent`` to ``framework``,
         or a short reason (e.g. ``"agent not in framework's list"``) to treat the
         resources as declined by it. Called per (framework, agent) candidate inside
-        the allocation cycle: it must be cheap and must not block.
+        the allocation cycle: it must be cheap and must not block. Treat both views
+        as read-only.
 
-        ``framework`` is the master's record of the framework: ``.id``, ``.info``
-        (FrameworkInfo), ``.agent_whitelist`` (frozenset of agent ids/hostnames, or
-        None) and ``.min_free`` (Resources or None) from ``set_filters``. ``agent`` is the
-        master's record of the agent: ``.id``, ``.info`` (AgentInfo, with hostname
-        and attributes) and ``.total`` (Resources). Treat both as read-only."""
+        "No" and "broken" are different answers, as in the Kubernetes scheduler
+        framework's ``Status``: a reason is an expected "no", shown per framework in
+        ``mezzo state`` (``not_offered_last_cycle``, as ``"<filter>: <reason>"``). An
+        exception means the filter is broken: the master logs it once with the
+        filter's name (then at most once a minute), counts it in the metrics
+        (``plugin_failures``), shows ``"<filter>: error"`` in the state, and does not
+        offer the pair in this cycle (a broken filter fails closed)."""
 
 
 @dataclass(frozen=True)

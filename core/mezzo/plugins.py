@@ -9,15 +9,17 @@ the one a TOML key names, or fails listing what is installed.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import pluggy
-import structlog
 
 from . import hookspecs
 from .errors import ConfigError, PluginError
 from .hookspecs import Allocator, Component, Isolator, OfferFilter, RevocationPolicy
+from .plugin_guard import PluginGuard
 
 KINDS: dict[str, type[Component]] = {
     "allocator": Allocator,
@@ -28,7 +30,6 @@ KINDS: dict[str, type[Component]] = {
 
 BUILTIN_PLUGINS = ("mezzo.builtin",)
 
-_log = structlog.get_logger("mezzo.plugins")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ class ComponentRegistry:
                 f"and by {self._current[0]}"
             )
         known[cls.name] = Registered(cls, *self._current)
+
+    @contextlib.contextmanager
+    def registering_for(self, plugin: str, distribution: str) -> Iterator[None]:
+        """Attribute what is added meanwhile to ``plugin`` of ``distribution``."""
+        self._current = (plugin, distribution)
+        try:
+            yield
+        finally:
+            self._current = ("?", "?")
 
     def names(self, kind: str) -> list[str]:
         return sorted(self._by_kind[kind])
@@ -131,26 +141,29 @@ class Observers:
     """Calls observer hooks so that a failing plugin cannot break the daemon.
 
     ``observers.mezzo_task_status(framework_id=..., status=...)`` calls every
-    implementation; an exception is logged with the hook's name and swallowed,
-    because observers are for metrics and audit and the caller is usually halfway
-    through changing the master's state. A hook nobody implements costs one
-    attribute look-up.
+    implementation, each on its own: an exception is reported through the plugin
+    guard (:mod:`mezzo.plugin_guard`: logged with the plugin's name, counted) and
+    the other implementations still run, because observers are for metrics and
+    audit and the caller is usually halfway through changing the daemon's state.
+    A hook nobody implements costs one attribute look-up.
     """
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager, guard: PluginGuard) -> None:
         self._pm = pm
-        self._callers: dict[str, Any] = {}
+        self._guard = guard
 
     def __getattr__(self, name: str) -> Any:
-        caller = getattr(self._pm.hook, name)
-        if not caller.get_hookimpls():
+        impls = [(impl.plugin_name, impl.function) for impl in getattr(self._pm.hook, name).get_hookimpls()]
+        guard = self._guard
+        if not impls:
             safe = _noop
         else:
             def safe(**kwargs: Any) -> None:
-                try:
-                    caller(**kwargs)
-                except Exception:
-                    _log.exception("observer hook failed", hook=name)
+                for plugin, function in impls:
+                    try:
+                        function(**kwargs)
+                    except Exception as exc:
+                        guard.failed_in(plugin, name, exc)
         self.__dict__[name] = safe
         return safe
 
@@ -163,13 +176,16 @@ class Plugins:
     """The loaded plugin manager and its registry; one per daemon.
 
     ``hook`` is pluggy's hook relay; ``observe`` calls observer hooks safely
-    (:class:`Observers`).
+    (:class:`Observers`); ``guard`` is the daemon's one boundary for calls into
+    plugins (:class:`~mezzo.plugin_guard.PluginGuard`), whose counts the daemon
+    shows in its metrics.
     """
 
     def __init__(self, pm: pluggy.PluginManager, registry: ComponentRegistry) -> None:
         self.pm = pm
         self.hook = pm.hook
-        self.observe = Observers(pm)
+        self.guard = PluginGuard()
+        self.observe = Observers(pm, self.guard)
         self.registry = registry
 
     def describe(self) -> list[dict[str, Any]]:
@@ -214,18 +230,21 @@ def load_plugins(*, entry_points: bool = True, extra: tuple[Any, ...] = ()) -> P
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from exc
-    # Register components plugin by plugin so duplicate names can name their owner.
+    # Through pluggy, one plugin at a time, so that a clash of names can say which
+    # two plugins clash (a single hook call would run every implementation at once).
     dists = {id(p): f"{d.project_name}" for p, d in pm.list_plugin_distinfo()}
+    everyone = [plugin for _, plugin in pm.list_name_plugin()]
+    implementers = {id(impl.plugin) for impl in pm.hook.mezzo_register_components.get_hookimpls()}
     for name, plugin in pm.list_name_plugin():
-        impl = getattr(plugin, "mezzo_register_components", None)
-        if impl is None:
+        if id(plugin) not in implementers:
             continue
-        registry._current = (name, dists.get(id(plugin), "mezzo"))
-        try:
-            impl(registry=registry)
-        except PluginError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"plugin {name} failed to register its components: {exc!r}") from exc
-    registry._current = ("?", "?")
+        only_this = pm.subset_hook_caller("mezzo_register_components",
+                                          remove_plugins=[p for p in everyone if p is not plugin])
+        with registry.registering_for(name, dists.get(id(plugin), "mezzo")):
+            try:
+                only_this(registry=registry)
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"plugin {name} failed to register its components: {exc!r}") from exc
     return Plugins(pm, registry)

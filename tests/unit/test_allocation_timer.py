@@ -6,25 +6,27 @@ fires the due callbacks itself."""
 from __future__ import annotations
 
 import pytest
-from mezzo.master import allocation
-from mezzo.master.allocation import PROMPT_COST_FACTOR, PROMPT_FRACTION, AllocationTimer
+from mezzo.master import allocation_timer
+from mezzo.master.allocation_timer import PROMPT_COST_FACTOR, PROMPT_FRACTION, AllocationTimer
 
 INTERVAL = 0.1
 
 
 class ScriptedLoop:
+    """A :class:`~mezzo.master.ports.Clock` moved by the test."""
+
     def __init__(self) -> None:
-        self.now = 100.0
+        self.at = 100.0
         self.pending: list[_Handle] = []
 
-    def time(self) -> float:
-        return self.now
+    def now(self) -> float:
+        return self.at
 
     def call_soon(self, fn):
-        return self.call_at(self.now, fn)
+        return self.call_at(self.at, fn)
 
     def call_later(self, delay, fn):
-        return self.call_at(self.now + delay, fn)
+        return self.call_at(self.at + delay, fn)
 
     def call_at(self, when, fn):
         handle = _Handle(when, fn)
@@ -43,9 +45,9 @@ class ScriptedLoop:
                 break
             handle = due[0]
             self.pending.remove(handle)
-            self.now = max(self.now, handle.when)
+            self.at = max(self.at, handle.when)
             handle.fn()
-        self.now = when
+        self.at = when
 
 
 class _Handle:
@@ -63,11 +65,11 @@ def timer(monkeypatch):
     cost = {"seconds": 0.0}
 
     def run():
-        runs.append(loop.now)
+        runs.append(loop.at)
         clock["t"] += cost["seconds"]  # the cycle's own cost, as perf_counter sees it
 
     clock = {"t": 0.0}
-    monkeypatch.setattr(allocation.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(allocation_timer.time, "perf_counter", lambda: clock["t"])
     t = AllocationTimer(loop, INTERVAL, run)
     return t, loop, runs, cost
 
@@ -75,7 +77,7 @@ def timer(monkeypatch):
 def test_a_request_after_a_quiet_period_runs_at_once_and_the_next_waits_an_interval(timer):
     t, loop, runs, _ = timer
     t.request()
-    loop.advance_to(loop.now)
+    loop.advance_to(loop.at)
     assert runs == [100.0]
     t.request()
     t.request()  # batched with the one before

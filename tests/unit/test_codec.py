@@ -201,10 +201,18 @@ def test_binary_fields_decode_as_bytes_and_strings_as_str():
     assert type(fid) is str
 
 
-def test_default_arguments_encode_and_decode_as_none_fields():
+def test_left_out_arguments_decode_as_empty_values_and_structs_as_none():
     name, args = MASTER.decode(_payload(MASTER.encode("launch_tasks", (), {})))
     assert name == "launch_tasks"
-    assert args == (None, None, None, None)
+    assert args == ("", [], [], None)  # framework id, offer ids, tasks, filters
+    _, args = MASTER.decode(_payload(MASTER.encode("framework_to_executor", (), {})))
+    assert args == ("", "", "", b"")  # the data is binary
+    _, (request_id,) = MASTER.decode(_payload(MASTER.encode("request_state", (), {})))
+    assert request_id == 0
+    _, args = MASTER.decode(_payload(MASTER.encode("set_needs_offers", (), {})))
+    assert args == ("", False)
+    first, second = (MASTER.decode(_payload(MASTER.encode("reconcile_tasks", (), {})))[1] for _ in range(2))
+    assert first == ("", []) and first[1] is not second[1]  # a fresh list each time: a handler may keep it
 
 
 def test_several_encoded_messages_split_by_the_decoder():

@@ -6,7 +6,6 @@ End to end (a real agent killing a real short task) in tests/test_long_tasks.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 
 import pytest
@@ -14,6 +13,7 @@ from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, Ta
 from mezzo.config import from_dict
 from mezzo.errors import ConfigError
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.long_tasks import long_task_limit
 from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import Filters, RunningTask
@@ -22,9 +22,8 @@ from .test_master_connections import RecordingConnection
 
 
 def make_master(**keys) -> Master:
-    m = Master(from_dict({"master": {"allocation_interval": 0.01, **keys}}).master, load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
-    m._become_leader()
+    m = Master(from_dict({"master": {"allocation_interval": 0.01, **keys}}).master, load_plugins(), clock=ManualClock())
+    m.lead()
     return m
 
 
@@ -32,19 +31,18 @@ def make_master(**keys) -> Master:
 def master():
     m = make_master(long_task_fraction=0.5, short_task_max=10)
     yield m
-    m._cancel_timers()
-    m._loop.close()
+    m.term.close()
 
 
 def add_agent(master: Master, cpus: float = 4) -> tuple[str, RecordingConnection]:
     conn = RecordingConnection("agent")
-    master.register_agent(conn, AgentInfo(hostname="h1", port=5051, resources=Resources(cpus=cpus, mem=4096)))
+    master.service.register_agent(conn, AgentInfo(hostname="h1", port=5051, resources=Resources(cpus=cpus, mem=4096)))
     return conn.called("registered")[0][0], conn
 
 
 def next_offer(master: Master, sched: RecordingConnection):
     sched.calls.clear()
-    master._allocate()
+    master.term.allocation.run()
     ((batch,),) = sched.called("resource_offers")
     (offer,) = batch
     return offer
@@ -58,7 +56,7 @@ def task(tid: str, agent_id: str, cpus: float, long: bool = False) -> TaskInfo:
 def launch(master: Master, sched: RecordingConnection, offer, tasks) -> dict[str, tuple[str, str]]:
     """Launch ``tasks`` on ``offer``; the master's refusals, by task id."""
     sched.calls.clear()
-    master.launch_tasks(sched, "F", [offer.offer_id], tasks, Filters(refuse_seconds=0))
+    master.service.launch_tasks(sched, "F", [offer.offer_id], tasks, Filters(refuse_seconds=0))
     return {s.task_id: (TaskState(s.state).name, s.reason) for (s,) in sched.called("status_update")}
 
 
@@ -66,7 +64,7 @@ def launch(master: Master, sched: RecordingConnection, offer, tasks) -> dict[str
 def framework(master):
     agent_id, agent_conn = add_agent(master)
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
     return agent_id, agent_conn, sched
 
 
@@ -100,11 +98,10 @@ def test_without_a_bound_offers_carry_no_room():
     try:
         add_agent(m)
         sched = RecordingConnection("scheduler")
-        m.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
+        m.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
         assert next_offer(m, sched).long_task_room is None
     finally:
-        m._cancel_timers()
-        m._loop.close()
+        m.term.close()
 
 
 def test_a_long_task_bigger_than_the_room_left_is_refused(master, framework):
@@ -116,41 +113,41 @@ def test_a_long_task_bigger_than_the_room_left_is_refused(master, framework):
         task("short", agent_id, 2),                 # short tasks may use anything
     ])
     assert answers == {"long-b": ("TASK_ERROR", "insufficient_long_task_room")}
-    assert set(master.frameworks["F"].tasks) == {"long-a", "short"}
+    assert set(master.state.frameworks["F"].tasks) == {"long-a", "short"}
 
 
 def test_the_room_comes_back_when_a_long_task_ends(master, framework):
     agent_id, agent_conn, sched = framework
     launch(master, sched, next_offer(master, sched), [task("long-1", agent_id, 2, long=True)])
-    assert master.agents[agent_id].long_used == Resources(cpus=2, mem=128)
-    master.status_update(agent_conn, TaskStatus(task_id="long-1", state=TaskState.TASK_FINISHED, framework_id="F",
+    assert master.state.agents[agent_id].long_used == Resources(cpus=2, mem=128)
+    master.service.status_update(agent_conn, TaskStatus(task_id="long-1", state=TaskState.TASK_FINISHED, framework_id="F",
                                                 agent_id=agent_id, uuid="u1"))
-    assert master.agents[agent_id].long_used == Resources()
+    assert master.state.agents[agent_id].long_used == Resources()
     assert Resources.of(next_offer(master, sched).long_task_room) == Resources(cpus=2, mem=2048)
 
 
 def test_long_tasks_reported_by_a_reregistering_agent_count(master):
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F"))
     conn = RecordingConnection("agent")
     info = AgentInfo(agent_id="A1", hostname="h1", port=5051, resources=Resources(cpus=4, mem=4096))
     running = [RunningTask(framework_id="F", task=task("svc", "A1", 1, long=True),
                            latest=TaskStatus(task_id="svc", state=TaskState.TASK_RUNNING, uuid="u"))]
-    master.reregister_agent(conn, info, running, [], [FrameworkInfo(name="f", framework_id="F")])
-    assert master.agents["A1"].long_used == Resources(cpus=1, mem=128)
+    master.service.reregister_agent(conn, info, running, [], [FrameworkInfo(name="f", framework_id="F")])
+    assert master.state.agents["A1"].long_used == Resources(cpus=1, mem=128)
 
 
 def test_short_tasks_past_the_maximum_are_revoked_and_long_ones_are_not(master, framework):
     agent_id, agent_conn, sched = framework
     launch(master, sched, next_offer(master, sched), [
         task("short-1", agent_id, 1), task("long-1", agent_id, 1, long=True), task("short-2", agent_id, 1)])
-    limit = master.short_tasks
+    limit = master.term.short_tasks
     assert [t for _, _, t in limit.queue] == ["short-1", "short-2"]
     assert limit.check() == []  # not yet: the deadline is 10 s away
     # short-2 ended by itself; short-1 is past its deadline.
-    master.status_update(agent_conn, TaskStatus(task_id="short-2", state=TaskState.TASK_FINISHED, framework_id="F",
+    master.service.status_update(agent_conn, TaskStatus(task_id="short-2", state=TaskState.TASK_FINISHED, framework_id="F",
                                                 agent_id=agent_id, uuid="u2"))
-    limit.queue = deque((master.now - 1, f, t) for _, f, t in limit.queue)
+    limit.queue = deque((master.state.now() - 1, f, t) for _, f, t in limit.queue)
     assert [t.id for t in limit.check()] == ["short-1"]
     ((fid, tid, kill),) = agent_conn.called("kill_task")
     assert (fid, tid, kill.reason) == ("F", "short-1", "revoked")
@@ -161,7 +158,6 @@ def test_short_tasks_past_the_maximum_are_revoked_and_long_ones_are_not(master, 
 def test_off_by_default():
     m = make_master()
     try:
-        assert m.short_tasks is None
+        assert m.term.short_tasks is None
     finally:
-        m._cancel_timers()
-        m._loop.close()
+        m.term.close()

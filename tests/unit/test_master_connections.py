@@ -4,13 +4,13 @@ including connections that carry several agents."""
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
 from mezzo import AgentInfo, FrameworkInfo, Resources, TaskState, TaskStatus
 from mezzo.config import MasterConfig
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.plugins import load_plugins
 
 
@@ -42,10 +42,9 @@ class RecordingConnection:
 
 @pytest.fixture
 def master():
-    m = Master(MasterConfig(allocation_interval=0.01), load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
+    m = Master(MasterConfig(allocation_interval=0.01), load_plugins(), clock=ManualClock())
     yield m
-    m._loop.close()
+    m.term.close()
 
 
 def agent_info(name: str) -> AgentInfo:
@@ -54,58 +53,58 @@ def agent_info(name: str) -> AgentInfo:
 
 def test_one_connection_may_carry_several_agents(master):
     shared, other = RecordingConnection("shared"), RecordingConnection("other")
-    master.register_agent(shared, agent_info("a"))
-    master.register_agent(shared, agent_info("b"))
-    master.register_agent(other, agent_info("c"))
+    master.service.register_agent(shared, agent_info("a"))
+    master.service.register_agent(shared, agent_info("b"))
+    master.service.register_agent(other, agent_info("c"))
     (a_id,), (b_id,) = shared.called("registered")
     ((c_id,),) = other.called("registered")
     assert {a_id, b_id} == set(shared.tag.agent_ids) and other.tag.agent_ids == {c_id}
 
     fw = RecordingConnection("scheduler")
-    master.register_framework(fw, FrameworkInfo(name="f"))
+    master.service.register_framework(fw, FrameworkInfo(name="f"))
     ((fid, _),) = fw.called("registered")
 
     # An agent-side call naming an agent of this connection is accepted ...
-    master.executor_to_framework(shared, b_id, fid, "e1", b"hi")
+    master.service.executor_to_framework(shared, b_id, fid, "e1", b"hi")
     assert fw.called("framework_message") == [(b_id, "e1", b"hi")]
     # ... one naming an agent of another connection is not, nor one naming none on a shared connection.
-    master.executor_to_framework(other, a_id, fid, "e1", b"spoofed")
-    master.executor_to_framework(shared, "", fid, "e1", b"ambiguous")
+    master.service.executor_to_framework(other, a_id, fid, "e1", b"spoofed")
+    master.service.executor_to_framework(shared, "", fid, "e1", b"ambiguous")
     assert len(fw.called("framework_message")) == 1
 
     status = TaskStatus(task_id="t", state=TaskState.TASK_RUNNING, framework_id=fid, agent_id=a_id, uuid="u1")
-    master.status_update(other, status)
+    master.service.status_update(other, status)
     assert fw.called("status_update") == []
-    master.status_update(shared, status)
+    master.service.status_update(shared, status)
     assert [s.agent_id for (s,) in fw.called("status_update")] == [a_id]
 
     # Losing the shared connection disconnects both of its agents, not the third.
-    master.connection_lost(shared)
-    assert {aid: a.connected for aid, a in master.agents.items()} == {a_id: False, b_id: False, c_id: True}
+    master.service.connection_lost(shared)
+    assert {aid: a.connected for aid, a in master.state.agents.items()} == {a_id: False, b_id: False, c_id: True}
 
 
 def test_agent_moving_to_a_new_connection_leaves_the_old_one_for_the_others(master):
     shared, fresh = RecordingConnection("shared"), RecordingConnection("fresh")
-    master.register_agent(shared, agent_info("a"))
-    master.register_agent(shared, agent_info("b"))
+    master.service.register_agent(shared, agent_info("a"))
+    master.service.register_agent(shared, agent_info("b"))
     (a_id,), (b_id,) = shared.called("registered")
     info = agent_info("a")
     info.agent_id = a_id
-    master.reregister_agent(fresh, info, [], [])
+    master.service.reregister_agent(fresh, info, [], [])
     assert shared.tag.agent_ids == {b_id} and not shared.closed
     assert fresh.tag.agent_ids == {a_id}
     info_b = agent_info("b")
     info_b.agent_id = b_id
-    master.reregister_agent(fresh, info_b, [], [])
+    master.service.reregister_agent(fresh, info_b, [], [])
     assert shared.closed and shared.tag is None  # it speaks for nobody any more
 
 
 def test_a_framework_connection_cannot_speak_for_another_framework(master):
     one, two = RecordingConnection("one"), RecordingConnection("two")
-    master.register_framework(one, FrameworkInfo(name="one"))
-    master.register_framework(two, FrameworkInfo(name="two"))
+    master.service.register_framework(one, FrameworkInfo(name="one"))
+    master.service.register_framework(two, FrameworkInfo(name="two"))
     ((fid_one, _),) = one.called("registered")
-    master.kill_task(two, fid_one, "t")
+    master.service.kill_task(two, fid_one, "t")
     assert two.called("error") and "not registered on this connection" in two.called("error")[0][0]
-    master.register_framework(two, FrameworkInfo(name="again"))
+    master.service.register_framework(two, FrameworkInfo(name="again"))
     assert "already framework" in two.called("error")[-1][0]

@@ -7,13 +7,13 @@ The behaviour end to end (real processes, real ZooKeeper) is in tests/zk/.
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
 from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
 from mezzo.config import MasterConfig
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import RunningTask
 
@@ -23,11 +23,9 @@ from .test_master_connections import RecordingConnection
 @pytest.fixture
 def master():
     m = Master(MasterConfig(allocation_interval=0.01, recovery_hold_timeout=60,
-                            framework_recovery_timeout=60), load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
+                            framework_recovery_timeout=60), load_plugins(), clock=ManualClock())
     yield m
-    m._cancel_timers()
-    m._loop.close()
+    m.term.close()
 
 
 def agent_info(agent_id: str, cpus: float = 4) -> AgentInfo:
@@ -48,81 +46,81 @@ def offers_made(conn: RecordingConnection) -> list:
 
 def test_offers_and_reconciliation_wait_until_every_admitted_agent_is_back(master):
     master.registry.admitted.update({"A1", "A2"})
-    master._become_leader({"A1", "A2"})
-    assert master.recovery.holding and master.recovery.awaiting == {"A1", "A2"}
+    master.lead({"A1", "A2"})
+    assert master.term.recovery.holding and master.term.recovery.awaiting == {"A1", "A2"}
 
     # The framework comes back first: known from nobody yet, it keeps its id.
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1", failover_timeout=30))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1", failover_timeout=30))
     assert sched.called("reregistered") == [("F1", master.address)]
 
     a1 = RecordingConnection("a1")
-    master.reregister_agent(a1, agent_info("A1"), [running("F1", "t1", "A1")], [],
+    master.service.reregister_agent(a1, agent_info("A1"), [running("F1", "t1", "A1")], [],
                             [FrameworkInfo(name="f", framework_id="F1")])
     assert a1.called("reregistered") == [("A1",)]
-    master._allocate()
+    master.term.allocation.run()
     assert offers_made(sched) == []  # A2 is still out: no offers yet
-    master.reconcile_tasks(sched, "F1", [TaskStatus(task_id="t1"), TaskStatus(task_id="gone", agent_id="A1")])
+    master.service.reconcile_tasks(sched, "F1", [TaskStatus(task_id="t1"), TaskStatus(task_id="gone", agent_id="A1")])
     assert sched.called("status_update") == []  # deferred too
 
     a2 = RecordingConnection("a2")
-    master.reregister_agent(a2, agent_info("A2"), [], [], [])
-    assert not master.recovery.holding
+    master.service.reregister_agent(a2, agent_info("A2"), [], [], [])
+    assert not master.term.recovery.holding
     answers = {s.task_id: (TaskState(s.state).name, s.reason) for (s,) in sched.called("status_update")}
     assert answers == {"t1": ("TASK_RUNNING", "reconciliation"), "gone": ("TASK_DROPPED", "reconciliation")}
-    master._allocate()
+    master.term.allocation.run()
     free = {o.agent_id: o.resources.get("cpus") for o in offers_made(sched)}
     assert free == {"A1": 3.0, "A2": 4.0}  # the running task's cpu is not offered
-    assert master.frameworks["F1"].tasks.keys() == {"t1"}
+    assert master.state.frameworks["F1"].tasks.keys() == {"t1"}
 
 
 def test_frameworks_named_by_agents_are_recovered_and_get_their_held_updates(master):
-    master._become_leader()
+    master.lead()
     agent = RecordingConnection("agent")
-    master.reregister_agent(agent, agent_info("A1"), [running("F9", "t1", "A1")], [],
+    master.service.reregister_agent(agent, agent_info("A1"), [running("F9", "t1", "A1")], [],
                             [FrameworkInfo(name="nine", framework_id="F9", failover_timeout=5)])
-    record = master.frameworks["F9"]
+    record = master.state.frameworks["F9"]
     assert record.conn is None and record.tasks.keys() == {"t1"}
     assert record.failover_handle is not None  # removed if its scheduler never comes back
 
     done = TaskStatus(task_id="t1", state=TaskState.TASK_FINISHED, framework_id="F9", agent_id="A1", uuid="u-fin")
-    master.status_update(agent, done)
-    master.status_update(agent, done)  # the agent's retry replaces itself
+    master.service.status_update(agent, done)
+    master.service.status_update(agent, done)  # the agent's retry replaces itself
     assert agent.called("status_update_acknowledged") == []  # nobody acknowledged for it
 
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="nine", framework_id="F9", failover_timeout=5))
+    master.service.register_framework(sched, FrameworkInfo(name="nine", framework_id="F9", failover_timeout=5))
     assert sched.called("reregistered") == [("F9", master.address)]
     assert [s.uuid for (s,) in sched.called("status_update")] == ["u-fin"]
-    master.acknowledge_status_update(sched, "F9", "A1", "t1", "u-fin")
+    master.service.acknowledge_status_update(sched, "F9", "A1", "t1", "u-fin")
     assert agent.called("status_update_acknowledged") == [("F9", "t1", "u-fin")]
 
 
 def test_an_agent_declared_lost_is_refused_and_may_register_anew(master):
-    master._become_leader()
+    master.lead()
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f"))
+    master.service.register_framework(sched, FrameworkInfo(name="f"))
     ((fid, _),) = sched.called("registered")
     conn = RecordingConnection("agent")
     aid = "A1"  # known from an earlier master: adopted with its task
-    master.reregister_agent(conn, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
-    assert master.frameworks[fid].tasks.keys() == {"t"}
+    master.service.reregister_agent(conn, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert master.state.frameworks[fid].tasks.keys() == {"t"}
 
-    master.agent_connection_silent(conn, 16.0)
-    assert conn.closed and aid not in master.agents
+    master.service.agent_link_silent(conn, 16.0)
+    assert conn.closed and aid not in master.state.agents
     assert sched.called("agent_lost") == [(aid,)]
     ((lost,),) = sched.called("status_update")
     assert (lost.task_id, TaskState(lost.state).name, lost.reason) == ("t", "TASK_LOST", "agent_removed")
     assert "no answer to pings for 16.0 s" in lost.message
 
     back = RecordingConnection("back")
-    master.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    master.service.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
     ((refused_id, why),) = back.called("reregistration_refused")
     assert refused_id == aid and "not admitted" in why
-    assert aid not in master.agents and master.frameworks[fid].tasks == {}
-    master.register_agent(back, AgentInfo(hostname="h", port=1, resources=Resources(cpus=2)))
+    assert aid not in master.state.agents and master.state.frameworks[fid].tasks == {}
+    master.service.register_agent(back, AgentInfo(hostname="h", port=1, resources=Resources(cpus=2)))
     ((new_id,),) = back.called("registered")
-    assert new_id != aid and master.agents[new_id].connected
+    assert new_id != aid and master.state.agents[new_id].connected
 
 
 def test_a_standby_refuses_through_its_gate_and_a_demoted_leader_forgets_everything(master):
@@ -131,65 +129,65 @@ def test_a_standby_refuses_through_its_gate_and_a_demoted_leader_forgets_everyth
     master.leader_address = "10.0.0.9:5050"
     gate.register_framework(sched, FrameworkInfo(name="f"))
     assert sched.called("not_leader") == [("10.0.0.9:5050",)] and sched.closed
-    assert master.frameworks == {}
+    assert master.state.frameworks == {}
 
-    master._become_leader()
+    master.lead()
     sched = RecordingConnection("scheduler")
     gate.register_framework(sched, FrameworkInfo(name="f"))
-    assert len(sched.called("registered")) == 1 and len(master.frameworks) == 1
+    assert len(sched.called("registered")) == 1 and len(master.state.frameworks) == 1
     old_id = master.id
 
-    master._step_down("test")
-    assert sched.closed and master.frameworks == {} and not master.leading
+    master.step_down("test")
+    assert sched.closed and master.state.frameworks == {} and not master.leading
     assert master.id != old_id  # a later term hands out ids of its own
     agent = RecordingConnection("agent")
     gate.register_agent(agent, AgentInfo(hostname="h", port=1, resources=Resources(cpus=1)))
-    assert agent.called("not_leader") == [("",)] and master.agents == {}
+    assert agent.called("not_leader") == [("",)] and master.state.agents == {}
 
 
 def test_calls_arriving_while_taking_over_are_held_then_served(master):
     gate = master.gate
-    master._leader_is(master.address)  # ZooKeeper names us; the registry is still being read
+    master.leader_is(master.address)  # ZooKeeper names us; the registry is still being read
     early = RecordingConnection("early")
     gate.register_framework(early, FrameworkInfo(name="quick"))
     assert early.calls == [] and not early.closed  # neither refused nor served yet
-    master._become_leader()
-    assert len(early.called("registered")) == 1 and len(master.frameworks) == 1
+    master.lead()
+    assert len(early.called("registered")) == 1 and len(master.state.frameworks) == 1
 
-    master._step_down("test")
-    master._leader_is(master.address)
+    master.step_down("test")
+    master.leader_is(master.address)
     late = RecordingConnection("late")
     gate.register_framework(late, FrameworkInfo(name="late"))
-    master._leader_is("10.0.0.7:5050")  # someone else won after all: the held call is refused
+    master.leader_is("10.0.0.7:5050")  # someone else won after all: the held call is refused
     assert late.called("not_leader") == [("10.0.0.7:5050",)] and late.closed
 
 
 def test_a_known_agent_coming_back_without_a_task_has_it_dropped_and_gets_deferred_kills(master):
-    master._become_leader()
+    master.lead()
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", failover_timeout=30))
+    master.service.register_framework(sched, FrameworkInfo(name="f", failover_timeout=30))
     ((fid, _),) = sched.called("registered")
     conn = RecordingConnection("agent")
-    master.reregister_agent(conn, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
+    master.service.reregister_agent(conn, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
                             [], [])
-    agent = master.agents["A1"]
+    agent = master.state.agents["A1"]
     # A launch the agent never got: the master holds it as STAGING.
     from mezzo.master.records import TaskRecord
     lost_launch = TaskRecord(framework_id=fid, agent_id="A1", resources=Resources(cpus=1),
                              info=TaskInfo(task_id="in-flight", agent_id="A1", resources=Resources(cpus=1)))
     agent.tasks[(fid, "in-flight")] = lost_launch
-    master.frameworks[fid].tasks["in-flight"] = lost_launch
+    master.state.frameworks[fid].tasks["in-flight"] = lost_launch
     agent.free = agent.free - Resources(cpus=1)
 
-    master.connection_lost(conn)
-    master.kill_task(sched, fid, "kill-me")  # deferred: the agent is away
+    master.service.connection_lost(conn)
+    master.service.kill_task(sched, fid, "kill-me")  # deferred: the agent is away
     assert conn.called("kill_task") == []
     back = RecordingConnection("back")
-    master.reregister_agent(back, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
+    master.service.reregister_agent(back, agent_info("A1"), [running(fid, "kept", "A1"), running(fid, "kill-me", "A1")],
                             [], [])
     ((dropped,),) = sched.called("status_update")
     assert (dropped.task_id, TaskState(dropped.state).name, dropped.reason) == \
         ("in-flight", "TASK_DROPPED", "task_missing_on_agent")
-    assert set(master.frameworks[fid].tasks) == {"kept", "kill-me"}
+    assert set(master.state.frameworks[fid].tasks) == {"kept", "kill-me"}
     assert agent.free.get("cpus") == 2.0  # 4 - kept - kill-me; the dropped one is freed
     assert back.called("kill_task") == [(fid, "kill-me")]

@@ -8,13 +8,13 @@ The starvation it prevents, end to end with a real master, is in tests/test_min_
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from mezzo import AgentInfo, FrameworkInfo, Resources, TaskState, TaskStatus
 from mezzo.config import MasterConfig, from_dict, load, parse_min_offer
 from mezzo.errors import ConfigError
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.allocation import effective_min_offer
 from mezzo.master.state_view import snapshot
 from mezzo.plugins import load_plugins
@@ -58,7 +58,7 @@ def test_a_bad_min_offer_is_an_error_naming_the_key(value, message):
 
 def test_a_master_built_from_a_bad_config_in_code_refuses_to_start():
     with pytest.raises(ConfigError, match=r"^master\.min_offer: "):
-        Master(MasterConfig(min_offer="cpus:lots"), load_plugins())
+        Master(MasterConfig(min_offer="cpus:lots"), load_plugins(), clock=ManualClock())
 
 
 # ----------------------------------------------------------- the effective minimum
@@ -93,9 +93,8 @@ def test_capping_is_exact_in_thousandths():
 
 
 def make_master(min_offer: str) -> Master:
-    m = Master(MasterConfig(allocation_interval=0.01, min_offer=min_offer), load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
-    m._become_leader()
+    m = Master(MasterConfig(allocation_interval=0.01, min_offer=min_offer), load_plugins(), clock=ManualClock())
+    m.lead()
     return m
 
 
@@ -110,8 +109,7 @@ def masters():
 
     yield make
     for m in made:
-        m._cancel_timers()
-        m._loop.close()
+        m.term.close()
 
 
 def offered_cpus(sched: RecordingConnection) -> list[tuple[str, float]]:
@@ -124,64 +122,64 @@ def busy_agent(master: Master, fid: str, aid: str, cpus: float, used: float) -> 
     conn = RecordingConnection(aid)
     info = AgentInfo(agent_id=aid, hostname=f"host-{aid}", port=5051, resources=Resources(cpus=cpus, mem=1024))
     tasks = [running(fid, f"t-{aid}", aid, cpus=used)] if used else []
-    master.reregister_agent(conn, info, tasks, [], [FrameworkInfo(name="f", framework_id=fid)])
+    master.service.reregister_agent(conn, info, tasks, [], [FrameworkInfo(name="f", framework_id=fid)])
     return conn
 
 
 def finish(master: Master, agent: RecordingConnection, fid: str, aid: str) -> None:
-    master.status_update(agent, TaskStatus(task_id=f"t-{aid}", state=TaskState.TASK_FINISHED,
+    master.service.status_update(agent, TaskStatus(task_id=f"t-{aid}", state=TaskState.TASK_FINISHED,
                                            framework_id=fid, agent_id=aid, uuid=f"u-{aid}"))
 
 
 def test_each_agent_holds_its_capped_minimum(masters):
     master = masters("cpus:4;mem:512")
     conn = RecordingConnection("agents")
-    master.register_agent(conn, AgentInfo(hostname="big", port=5051, resources=Resources(cpus=8, mem=4096)))
-    master.register_agent(conn, AgentInfo(hostname="small", port=5051, resources=Resources(cpus=2, mem=4096)))
-    by_host = {a.hostname: a.min_offer for a in master.agents.values()}
+    master.service.register_agent(conn, AgentInfo(hostname="big", port=5051, resources=Resources(cpus=8, mem=4096)))
+    master.service.register_agent(conn, AgentInfo(hostname="small", port=5051, resources=Resources(cpus=2, mem=4096)))
+    by_host = {a.hostname: a.min_offer for a in master.state.agents.values()}
     assert by_host == {"big": Resources(cpus=4, mem=512), "small": Resources(cpus=2, mem=512)}
-    assert all(a.min_offer is None for a in masters("").agents.values())
+    assert all(a.min_offer is None for a in masters("").state.agents.values())
 
 
 def test_an_agent_is_held_back_until_its_minimum_is_free(masters):
     master = masters("cpus:4")
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
     a1 = busy_agent(master, "F1", "A1", cpus=4, used=1)   # 3 of its 4 cpus free
     busy_agent(master, "F1", "A2", cpus=4, used=0)        # entirely free
-    master._allocate()
+    master.term.allocation.run()
     assert offered_cpus(sched) == [("A2", 4.0)]
-    assert master.last_cycle["agents_below_min_offer"] == 1
+    assert master.term.allocation.last_cycle["agents_below_min_offer"] == 1
     state = snapshot(master)
     assert state["master"]["min_offer"] == {"cpus": 4.0}
     assert state["last_allocation"]["agents_below_min_offer"] == 1
 
     finish(master, a1, "F1", "A1")  # the cpu comes back: now 4 are free
-    master._allocate()
+    master.term.allocation.run()
     assert offered_cpus(sched) == [("A2", 4.0), ("A1", 4.0)]
-    assert master.last_cycle["agents_below_min_offer"] == 0
+    assert master.term.allocation.last_cycle["agents_below_min_offer"] == 0
 
 
 def test_an_agent_smaller_than_the_minimum_is_offered_when_entirely_free(masters):
     master = masters("cpus:4")
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
     tiny = busy_agent(master, "F1", "T", cpus=2, used=0.5)
-    master._allocate()
-    assert offered_cpus(sched) == [] and master.last_cycle["agents_below_min_offer"] == 1
+    master.term.allocation.run()
+    assert offered_cpus(sched) == [] and master.term.allocation.last_cycle["agents_below_min_offer"] == 1
     finish(master, tiny, "F1", "T")
-    master._allocate()
+    master.term.allocation.run()
     assert offered_cpus(sched) == [("T", 2.0)]
 
 
 def test_without_a_minimum_any_free_amount_is_offered(masters):
     master = masters("")
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
     busy_agent(master, "F1", "A1", cpus=4, used=3)
-    master._allocate()
+    master.term.allocation.run()
     assert offered_cpus(sched) == [("A1", 1.0)]
-    assert master.last_cycle["agents_below_min_offer"] == 0
+    assert master.term.allocation.last_cycle["agents_below_min_offer"] == 0
     assert snapshot(master)["master"]["min_offer"] is None
 
 
@@ -189,8 +187,8 @@ def test_other_resources_than_the_minimum_names_do_not_count(masters):
     # Memory is not in the minimum: an agent with all its memory but 3 of 4 cpus free waits.
     master = masters("cpus:4")
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
     busy_agent(master, "F1", "A1", cpus=4, used=1)
-    master._allocate()
+    master.term.allocation.run()
     assert offered_cpus(sched) == []
-    assert master.agents["A1"].free.get("mem") == 1024 - 64
+    assert master.state.agents["A1"].free.get("mem") == 1024 - 64

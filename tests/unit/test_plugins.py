@@ -259,7 +259,7 @@ def test_describe_lists_plugins_and_components():
     assert rows["quiet_plugin"]["components"] == []
 
 
-def test_a_failing_observer_is_logged_not_raised():
+def test_a_failing_observer_is_counted_by_name_and_spares_the_other_observers():
     from mezzo import hookimpl
     from mezzo.plugins import load_plugins
 
@@ -268,10 +268,19 @@ def test_a_failing_observer_is_logged_not_raised():
     class Broken:
         @hookimpl
         def mezzo_task_status(self, framework_id, status):
-            calls.append(framework_id)
+            calls.append(("broken", framework_id))
             raise RuntimeError("observer bug")
 
-    plugins = load_plugins(entry_points=False, extra=(Broken(),))
+    class Fine:
+        @hookimpl
+        def mezzo_task_status(self, framework_id, status):
+            calls.append(("fine", framework_id))
+
+    broken = Broken()
+    plugins = load_plugins(entry_points=False, extra=(broken, Fine()))
     plugins.observe.mezzo_task_status(framework_id="f", status=None)  # must not raise
-    assert calls == ["f"]
+    plugins.observe.mezzo_task_status(framework_id="g", status=None)
+    assert sorted(calls) == [("broken", "f"), ("broken", "g"), ("fine", "f"), ("fine", "g")]
+    name = plugins.pm.get_name(broken)
+    assert plugins.guard.counts() == {f"{name}.mezzo_task_status": 2}
     plugins.observe.mezzo_agent_removed(agent_id="a", reason="r")  # nobody implements it

@@ -4,7 +4,6 @@ last tests decline offers through a master (no sockets, a clock of their own).""
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from mezzo.config import MasterConfig
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.refusals import RefuseFilters
 from mezzo.plugins import load_plugins
 from mezzo.resources import Resources
@@ -265,40 +265,31 @@ class Recorder:
         return [(o.offer_id, o.resources.get("cpus")) for o in made]
 
 
-class ClockedMaster(Master):
-    clock = 1000.0
-
-    @property
-    def now(self) -> float:
-        return self.clock
-
-
 @pytest.fixture
 def master():
-    m = ClockedMaster(MasterConfig(allocation_interval=0.01), load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
-    m._become_leader()
+    # No pings: this test's links do not say when they last heard from their agent.
+    m = Master(MasterConfig(allocation_interval=0.01, agent_ping_interval=0), load_plugins(), clock=ManualClock())
+    m.lead()
     yield m
-    m._cancel_timers()
-    m._loop.close()
+    m.term.close()
 
 
 def two_halves(master: Master) -> tuple[Recorder, str, str]:
     """Framework F1 holds two offers of agent A1's 4 cpus, 2 cpus each: the first made
     while another framework's task held the other half, the second when it ended."""
     sched, agent = Recorder("scheduler"), Recorder("agent")
-    master.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
+    master.service.register_framework(sched, FrameworkInfo(name="f", framework_id="F1"))
     task = TaskInfo(task_id="t", agent_id="A1", resources=Resources(cpus=2, mem=64),
                     command=CommandInfo(value="sleep 60"))
     running = RunningTask(framework_id="G", task=task,
                           latest=TaskStatus(task_id="t", state=TaskState.TASK_RUNNING, uuid="u1"))
-    master.reregister_agent(agent, AgentInfo(agent_id="A1", hostname="h", port=5051,
+    master.service.reregister_agent(agent, AgentInfo(agent_id="A1", hostname="h", port=5051,
                                              resources=Resources(cpus=4, mem=1024)),
                             [running], [], [FrameworkInfo(name="g", framework_id="G")])
-    master._allocate()
-    master.status_update(agent, TaskStatus(task_id="t", state=TaskState.TASK_FINISHED, framework_id="G",
+    master.term.allocation.run()
+    master.service.status_update(agent, TaskStatus(task_id="t", state=TaskState.TASK_FINISHED, framework_id="G",
                                            agent_id="A1", uuid="u2"))
-    master._allocate()
+    master.term.allocation.run()
     (first, cpus1), (second, cpus2) = sched.take()
     assert cpus1 == cpus2 == 2.0
     return sched, first, second
@@ -306,23 +297,23 @@ def two_halves(master: Master) -> tuple[Recorder, str, str]:
 
 def test_declining_both_halves_keeps_the_agent_until_the_shorter_refusal_ends(master):
     sched, first, second = two_halves(master)
-    master.decline_offer(sched, "F1", [first], Filters(refuse_seconds=60))
-    master.decline_offer(sched, "F1", [second], Filters(refuse_seconds=1))
-    master._allocate()
+    master.service.decline_offer(sched, "F1", [first], Filters(refuse_seconds=60))
+    master.service.decline_offer(sched, "F1", [second], Filters(refuse_seconds=1))
+    master.term.allocation.run()
     assert sched.take() == []  # it declined all of the agent
-    master.clock += 0.999
-    master._allocate()
+    master.clock.advance(0.999)
+    master.term.allocation.run()
     assert sched.take() == []
-    master.clock += 0.001
-    master._allocate()  # what the 60 s refusal covers is less than what is free
+    master.clock.advance(0.001)
+    master.term.allocation.run()  # what the 60 s refusal covers is less than what is free
     assert [cpus for _, cpus in sched.take()] == [4.0]
 
 
 def test_declining_both_halves_at_once_refuses_the_whole_agent(master):
     sched, first, second = two_halves(master)
-    master.decline_offer(sched, "F1", [first, second], Filters(refuse_seconds=5))
-    master._allocate()
+    master.service.decline_offer(sched, "F1", [first, second], Filters(refuse_seconds=5))
+    master.term.allocation.run()
     assert sched.take() == []
-    master.clock += 5
-    master._allocate()
+    master.clock.advance(5)
+    master.term.allocation.run()
     assert [cpus for _, cpus in sched.take()] == [4.0]

@@ -7,7 +7,6 @@ End to end (real agents, real drivers, real kills) in tests/test_revocation.py.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, Ta
 from mezzo.config import MasterConfig, from_dict
 from mezzo.hookspecs import RevocationPolicy, Victim
 from mezzo.master import Master
+from mezzo.master.ports import ManualClock
 from mezzo.master.revocation_monitor import HOLD_SECONDS
 from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import Filters, KillPolicy
@@ -30,48 +30,46 @@ def master():
         "allocation_interval": 0.01, "revocation_delay": DELAY, "revocation_grace_period": 0.5,
         "allocator": {"drf": {"guarantees": {"frameworks": {"A": 0.5, "S": 0.5}}}},
     }}).master
-    m = Master(config, load_plugins())
-    m._loop = asyncio.new_event_loop()  # timers only; no I/O
-    m._become_leader()
+    m = Master(config, load_plugins(), clock=ManualClock())
+    m.lead()
     yield m
-    m._cancel_timers()
-    m._loop.close()
+    m.term.close()
 
 
 def add_agent(master: Master, name: str, cpus: float = 4) -> tuple[str, RecordingConnection]:
     conn = RecordingConnection(name)
-    master.register_agent(conn, AgentInfo(hostname=name, port=5051, resources=Resources(cpus=cpus, mem=4096)))
+    master.service.register_agent(conn, AgentInfo(hostname=name, port=5051, resources=Resources(cpus=cpus, mem=4096)))
     (agent_id,) = conn.called("registered")[0]
     return agent_id, conn
 
 
 def add_framework(master: Master, name: str) -> RecordingConnection:
     conn = RecordingConnection(name)
-    master.register_framework(conn, FrameworkInfo(name=name, framework_id=name))
+    master.service.register_framework(conn, FrameworkInfo(name=name, framework_id=name))
     return conn
 
 
 def launch_all(master: Master, sched: RecordingConnection, fid: str, per_task: float = 1) -> list[str]:
     """Allocate, and launch ``per_task``-cpu tasks on every offer ``fid`` got."""
-    master._allocate()
+    master.term.allocation.run()
     launched = []
     for (batch,) in sched.called("resource_offers"):
         for offer in batch:
-            if offer.offer_id not in master.frameworks[fid].offers:
+            if offer.offer_id not in master.state.frameworks[fid].offers:
                 continue
             n = int(Resources.of(offer.resources).get("cpus") // per_task)
             tasks = [TaskInfo(task_id=f"{fid}-{len(launched) + i}", agent_id=offer.agent_id,
                               resources=Resources(cpus=per_task, mem=256), command=CommandInfo(value="sleep 60"))
                      for i in range(n)]
             launched += [t.task_id for t in tasks]
-            master.launch_tasks(sched, fid, [offer.offer_id], tasks, Filters(refuse_seconds=0))
+            master.service.launch_tasks(sched, fid, [offer.offer_id], tasks, Filters(refuse_seconds=0))
     sched.calls.clear()
     return launched
 
 
 def starve(master: Master, fid: str) -> None:
     """Make ``fid`` look like it has launched nothing for longer than the delay."""
-    master.revocation.waiting_since[fid] = master.now - DELAY - 1
+    master.term.revocation.waiting_since[fid] = master.state.now() - DELAY - 1
 
 
 def kills(conn: RecordingConnection) -> list[tuple[str, str, KillPolicy]]:
@@ -91,14 +89,14 @@ def full(master):
 
 def test_nobody_is_starved_before_the_delay(master, full):
     _, agent_conn, _, _ = full
-    assert master.revocation.check() == []
-    assert master.revocation.starved_now == [] and kills(agent_conn) == []
+    assert master.term.revocation.check() == []
+    assert master.term.revocation.starved_now == [] and kills(agent_conn) == []
 
 
 def test_a_starved_framework_gets_the_newest_tasks_killed_with_the_grace_and_reason(master, full):
     _, agent_conn, _, _ = full
     starve(master, "S")
-    victims = master.revocation.check()
+    victims = master.term.revocation.check()
     assert [v.task_id for v in victims] == ["A-3", "A-2"]  # newest first, 2 cpus meet S's half
     sent = kills(agent_conn)
     assert [(f, t) for f, t, _ in sent] == [("A", "A-3"), ("A", "A-2")]
@@ -106,51 +104,51 @@ def test_a_starved_framework_gets_the_newest_tasks_killed_with_the_grace_and_rea
     assert (policy.grace_seconds, policy.reason) == (0.5, "revoked")
     assert policy.message.startswith("revoked: framework A above its guarantee")
     assert master.metrics()["tasks_revoked"] == 2
-    state = master.revocation.state()
+    state = master.term.revocation.state()
     assert [(e["task_id"], e["for_framework_id"]) for e in state["revoking"]] == [("A-3", "S"), ("A-2", "S")]
 
 
 def test_no_second_round_while_kills_are_in_flight_or_until_the_framework_launches(master, full):
     _, agent_conn, _, _ = full
     starve(master, "S")
-    assert len(master.revocation.check()) == 2
+    assert len(master.term.revocation.check()) == 2
     starve(master, "S")
-    assert master.revocation.check() == []  # what is dying counts toward S's want, and S was served
+    assert master.term.revocation.check() == []  # what is dying counts toward S's want, and S was served
     assert len(kills(agent_conn)) == 2
 
 
 def test_what_a_revoked_task_frees_is_held_for_the_starved_framework(master, full):
     agent_id, agent_conn, a, s = full
     starve(master, "S")
-    master.revocation.check()
+    master.term.revocation.check()
     for tid in ("A-3", "A-2"):
-        master.status_update(agent_conn, TaskStatus(task_id=tid, state=TaskState.TASK_KILLED, framework_id="A",
+        master.service.status_update(agent_conn, TaskStatus(task_id=tid, state=TaskState.TASK_KILLED, framework_id="A",
                                                     agent_id=agent_id, reason="revoked", uuid=f"u-{tid}"))
-    master._allocate()
+    master.term.allocation.run()
     offered_to = {o.framework_id for (batch,) in [*a.called("resource_offers"), *s.called("resource_offers")]
                   for o in batch}
     assert offered_to == {"S"}
-    assert master.refusals.agents_refused_by("A") == 1
-    assert master.revocation.revoking == {}
+    assert master.state.refusals.agents_refused_by("A") == 1
+    assert master.term.revocation.revoking == {}
     # The hold ends after HOLD_SECONDS: then A may be offered it again.
-    master.refusals.expire(master.now + HOLD_SECONDS + 0.1)
-    assert master.refusals.agents_refused_by("A") == 0
+    master.state.refusals.expire(master.state.now() + HOLD_SECONDS + 0.1)
+    assert master.state.refusals.agents_refused_by("A") == 0
 
 
 def test_a_framework_that_meets_its_guarantee_waits_the_whole_delay_once_below_it(master, full):
     _, agent_conn, _, _ = full
     starve(master, "A")  # A idles at twice its guarantee: not starved, and its wait starts over
-    assert master.revocation.check() == []
-    assert master.revocation.waiting_since["A"] == pytest.approx(master.now, abs=0.5)
+    assert master.term.revocation.check() == []
+    assert master.term.revocation.waiting_since["A"] == pytest.approx(master.state.now(), abs=0.5)
     assert kills(agent_conn) == []
 
 
 def test_a_launch_makes_the_framework_eligible_again(master, full):
     starve(master, "S")
-    master.revocation.check()
-    assert "S" in master.revocation.served
-    master.revocation.launched("S")
-    assert "S" not in master.revocation.served and "S" not in master.revocation.waiting_since
+    master.term.revocation.check()
+    assert "S" in master.term.revocation.served
+    master.term.revocation.launched("S")
+    assert "S" not in master.term.revocation.served and "S" not in master.term.revocation.waiting_since
 
 
 def a_above_its_guarantee_with_an_offer(master: Master) -> tuple[RecordingConnection, RecordingConnection, str]:
@@ -158,12 +156,12 @@ def a_above_its_guarantee_with_an_offer(master: Master) -> tuple[RecordingConnec
     is starved. Returns A's and the agent's connections and the offer id."""
     agent_id, agent_conn = add_agent(master, "host-1", cpus=8)
     a = add_framework(master, "A")
-    master._allocate()
+    master.term.allocation.run()
     first = a.called("resource_offers")[0][0][0]
     tasks = [TaskInfo(task_id=f"A-{i}", agent_id=agent_id, resources=Resources(cpus=1, mem=256),
                       command=CommandInfo(value="sleep 60")) for i in range(6)]
-    master.launch_tasks(a, "A", [first.offer_id], tasks, Filters(refuse_seconds=0))
-    master._allocate()
+    master.service.launch_tasks(a, "A", [first.offer_id], tasks, Filters(refuse_seconds=0))
+    master.term.allocation.run()
     (offer,) = [o for (b,) in a.called("resource_offers")[1:] for o in b]
     add_framework(master, "S")
     starve(master, "S")
@@ -172,18 +170,18 @@ def a_above_its_guarantee_with_an_offer(master: Master) -> tuple[RecordingConnec
 
 def test_offers_sat_on_longer_than_the_delay_are_rescinded_before_any_task_is_killed(master):
     a, agent_conn, offer_id = a_above_its_guarantee_with_an_offer(master)
-    master.frameworks["A"].offers[offer_id].created_at = time.time() - DELAY - 1
-    assert master.revocation.check() == []
+    master.state.frameworks["A"].offers[offer_id].created_at = time.time() - DELAY - 1
+    assert master.term.revocation.check() == []
     assert a.called("offer_rescinded") == [(offer_id,)]
-    assert kills(agent_conn) == [] and master.revocation.offers_rescinded == 1
-    assert master.refusals.agents_refused_by("A") == 1  # held for S
+    assert kills(agent_conn) == [] and master.term.revocation.offers_rescinded == 1
+    assert master.state.refusals.agents_refused_by("A") == 1  # held for S
 
 
 def test_young_offers_are_left_alone(master):
     # In a full cluster leftovers are offered all the time: they are no reason to wait.
     a, _, offer_id = a_above_its_guarantee_with_an_offer(master)
-    assert len(master.revocation.check()) == 4  # S's want is 4 cpus; A keeps 2 tasks and its offer
-    assert a.called("offer_rescinded") == [] and offer_id in master.frameworks["A"].offers
+    assert len(master.term.revocation.check()) == 4  # S's want is 4 cpus; A keeps 2 tasks and its offer
+    assert a.called("offer_rescinded") == [] and offer_id in master.state.frameworks["A"].offers
 
 
 class Misbehaving(RevocationPolicy):
@@ -200,20 +198,20 @@ class Misbehaving(RevocationPolicy):
 
 def test_a_policy_that_raises_is_logged_and_nothing_is_killed(master, full):
     _, agent_conn, _, _ = full
-    master.revocation.policy = Misbehaving(RuntimeError("policy bug"))
+    master.term.revocation.policy = Misbehaving(RuntimeError("policy bug"))
     starve(master, "S")
-    assert master.revocation.check() == []
+    assert master.term.revocation.check() == []
     assert kills(agent_conn) == []
 
 
 def test_victims_the_policy_was_not_offered_or_names_twice_are_skipped(master, full):
     agent_id, agent_conn, _, _ = full
     good = Victim("A", "A-0", agent_id, "ok", "S")
-    master.revocation.policy = Misbehaving([
+    master.term.revocation.policy = Misbehaving([
         Victim("A", "no-such-task", agent_id, "x", "S"), good, good, Victim("S", "A-1", agent_id, "x", "S"),
     ])
     starve(master, "S")
-    assert master.revocation.check() == [good]
+    assert master.term.revocation.check() == [good]
     assert [(f, t) for f, t, _ in kills(agent_conn)] == [("A", "A-0")]
 
 
@@ -228,24 +226,22 @@ def test_tasks_being_killed_and_tasks_on_disconnected_agents_are_not_offered_to_
             seen.append(sorted(t.task_id for h in holders for t in h.tasks))
             return []
 
-    master.revocation.policy = Spy({}, key="spy")
-    master.frameworks["A"].tasks["A-0"].state = TaskState.TASK_KILLING
-    master.kill_task(a, "A", "A-1")  # its framework is killing it already
+    master.term.revocation.policy = Spy({}, key="spy")
+    master.state.frameworks["A"].tasks["A-0"].state = TaskState.TASK_KILLING
+    master.service.kill_task(a, "A", "A-1")  # its framework is killing it already
     starve(master, "S")
-    master.revocation.check()
+    master.term.revocation.check()
     assert seen == [["A-2", "A-3"]]
-    master.agents[agent_id].conn = None
+    master.state.agents[agent_id].conn = None
     starve(master, "S")
-    master.revocation.check()
+    master.term.revocation.check()
     assert seen[-1] == []
 
 
 def test_off_by_default():
-    m = Master(MasterConfig(), load_plugins())
-    m._loop = asyncio.new_event_loop()
+    m = Master(MasterConfig(), load_plugins(), clock=ManualClock())
     try:
-        m._become_leader()
-        assert m.revocation is None and m.metrics()["tasks_revoked"] == 0
+        m.lead()
+        assert m.term.revocation is None and m.metrics()["tasks_revoked"] == 0
     finally:
-        m._cancel_timers()
-        m._loop.close()
+        m.term.close()

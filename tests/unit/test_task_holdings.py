@@ -6,7 +6,6 @@ framework removal) and every dict operation.
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +13,8 @@ from hypothesis import strategies as st
 from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
 from mezzo.config import from_dict
 from mezzo.master import Master
+from mezzo.master.state import ClusterState
+from mezzo.master.ports import ManualClock
 from mezzo.master.records import TaskRecord, TaskTable
 from mezzo.master.revocation_monitor import holding
 from mezzo.plugins import load_plugins
@@ -29,13 +30,13 @@ def scratch(tasks) -> Resources:
     return total
 
 
-def scratch_holding(master: Master, record, *, offers: bool = True) -> Resources:
+def scratch_holding(state: ClusterState, record, *, offers: bool = True) -> Resources:
     """``holding()`` as it was: summed task by task."""
     total = scratch(record.tasks)
     for offer in record.offers.values() if offers else ():
         total = total + offer.resources
     for agent_id, eid in {(t.agent_id, t.executor_id) for t in record.tasks.values() if t.executor_id}:
-        agent = master.agents.get(agent_id)
+        agent = state.agents.get(agent_id)
         ex = agent.executors.get((record.id, eid)) if agent is not None else None
         if ex is not None:
             total = total + Resources.of(ex.resources)
@@ -116,28 +117,26 @@ def test_pop_of_a_missing_task_without_default_raises():
 @pytest.fixture
 def master():
     config = from_dict({"master": {"revocation_delay": 2.0, "allocation_interval": 0.01}}).master
-    m = Master(config, load_plugins())
-    m._loop = asyncio.new_event_loop()
-    m._become_leader()
+    m = Master(config, load_plugins(), clock=ManualClock())
+    m.lead()
     yield m
-    m._cancel_timers()
-    m._loop.close()
+    m.term.close()
 
 
 def assert_consistent(master: Master) -> None:
-    for record in master.frameworks.values():
+    for record in master.state.frameworks.values():
         assert isinstance(record.tasks, TaskTable)
         check(record.tasks)
-        assert holding(master, record) == scratch_holding(master, record)
-        assert holding(master, record, offers=False) == scratch_holding(master, record, offers=False)
+        assert holding(master.state, record) == scratch_holding(master.state, record)
+        assert holding(master.state, record, offers=False) == scratch_holding(master.state, record, offers=False)
 
 
 def launch_some(master: Master, sched: RecordingConnection, fid: str, prefix: str, executor: str = "") -> list[str]:
-    master._allocate()
+    master.term.allocation.run()
     launched = []
     for (batch,) in sched.called("resource_offers"):
         for offer in batch:
-            if offer.offer_id not in master.frameworks[fid].offers:
+            if offer.offer_id not in master.state.frameworks[fid].offers:
                 continue
             tasks = [TaskInfo(task_id=f"{prefix}-{len(launched) + i}", agent_id=offer.agent_id,
                               resources=Resources(cpus=1, mem=256, ranges={"ports": [(31000 + i, 31000 + i)]}),
@@ -146,7 +145,7 @@ def launch_some(master: Master, sched: RecordingConnection, fid: str, prefix: st
                                                     resources=Resources(cpus=0.5, mem=64)) if executor else None)
                      for i in range(2)]
             launched += [t.task_id for t in tasks]
-            master.launch_tasks(sched, fid, [offer.offer_id], tasks, Filters(refuse_seconds=0))
+            master.service.launch_tasks(sched, fid, [offer.offer_id], tasks, Filters(refuse_seconds=0))
     sched.calls.clear()
     return launched
 
@@ -155,41 +154,41 @@ def test_holdings_follow_launches_ends_and_framework_removal(master):
     agents = []
     for i in range(3):
         conn = RecordingConnection(f"agent-{i}")
-        master.register_agent(conn, AgentInfo(hostname=f"h{i}", port=5051,
+        master.service.register_agent(conn, AgentInfo(hostname=f"h{i}", port=5051,
                                                resources=Resources(cpus=4, mem=4096, ranges={"ports": [(31000, 31010)]})))
         agents.append((conn.called("registered")[0][0], conn))
     a, b = RecordingConnection("A"), RecordingConnection("B")
-    master.register_framework(a, FrameworkInfo(name="A", framework_id="A"))
-    master.register_framework(b, FrameworkInfo(name="B", framework_id="B"))
+    master.service.register_framework(a, FrameworkInfo(name="A", framework_id="A"))
+    master.service.register_framework(b, FrameworkInfo(name="B", framework_id="B"))
     launched = launch_some(master, a, "A", "a") + launch_some(master, b, "B", "b", executor="ex")
     assert launched
     assert_consistent(master)
-    master._allocate()  # offers outstanding count too
+    master.term.allocation.run()  # offers outstanding count too
     assert_consistent(master)
     # Ends, reported by the agents.
     by_agent = {aid: conn for aid, conn in agents}
-    for record in list(master.frameworks.values()):
+    for record in list(master.state.frameworks.values()):
         for task in list(record.tasks.values())[:1]:
-            master.status_update(by_agent[task.agent_id], TaskStatus(
+            master.service.status_update(by_agent[task.agent_id], TaskStatus(
                 task_id=task.id, state=TaskState.TASK_FINISHED, framework_id=record.id, agent_id=task.agent_id,
                 uuid=f"u-{task.id}"))
             assert task.id not in record.tasks
     assert_consistent(master)
     # An agent lost: its tasks go.
-    master._remove_agent(master.agents[agents[0][0]], "test")
+    master.term.agents.remove(master.state.agents[agents[0][0]], "test")
     assert_consistent(master)
     # A framework removed: all its tasks go.
-    record = master.frameworks["B"]
+    record = master.state.frameworks["B"]
     table = record.tasks
-    master.unregister_framework(b, "B")
-    assert "B" not in master.frameworks and len(table) == 0 and table.held() == Resources()
+    master.service.unregister_framework(b, "B")
+    assert "B" not in master.state.frameworks and len(table) == 0 and table.held() == Resources()
     assert list(table.executors()) == []
     assert_consistent(master)
 
 
 def test_holdings_of_tasks_adopted_from_a_reregistering_agent_and_orphans(master):
     sched = RecordingConnection("scheduler")
-    master.register_framework(sched, FrameworkInfo(name="F", framework_id="F"))
+    master.service.register_framework(sched, FrameworkInfo(name="F", framework_id="F"))
     conn = RecordingConnection("agent")
     info = AgentInfo(agent_id="A1", hostname="h1", port=5051, resources=Resources(cpus=8, mem=8192))
 
@@ -202,16 +201,16 @@ def test_holdings_of_tasks_adopted_from_a_reregistering_agent_and_orphans(master
     tasks = [running("F", "f1"), running("F", "f2", executor="e"), running("F", "done", TaskState.TASK_FINISHED),
              running("G", "g1")]  # G: a framework the agent gives no info for (an orphan)
     executors = [ExecutorInfo(executor_id="e", framework_id="F", resources=Resources(cpus=0.5, mem=32))]
-    master.reregister_agent(conn, info, tasks, executors, [FrameworkInfo(name="F", framework_id="F")])
-    assert set(master.frameworks["F"].tasks) == {"f1", "f2"}
-    assert holding(master, master.frameworks["F"], offers=False) == Resources(cpus=2.5, mem=232)
+    master.service.reregister_agent(conn, info, tasks, executors, [FrameworkInfo(name="F", framework_id="F")])
+    assert set(master.state.frameworks["F"].tasks) == {"f1", "f2"}
+    assert holding(master.state, master.state.frameworks["F"], offers=False) == Resources(cpus=2.5, mem=232)
     assert_consistent(master)
     # G registers: its orphaned task joins it.
     g = RecordingConnection("G")
-    master.register_framework(g, FrameworkInfo(name="G", framework_id="G"))
-    assert set(master.frameworks["G"].tasks) == {"g1"}
+    master.service.register_framework(g, FrameworkInfo(name="G", framework_id="G"))
+    assert set(master.state.frameworks["G"].tasks) == {"g1"}
     assert_consistent(master)
     # The agent comes back without f1: it is released.
-    master.reregister_agent(conn, info, [tasks[1], tasks[3]], executors, [])
-    assert set(master.frameworks["F"].tasks) == {"f2"}
+    master.service.reregister_agent(conn, info, [tasks[1], tasks[3]], executors, [])
+    assert set(master.state.frameworks["F"].tasks) == {"f2"}
     assert_consistent(master)

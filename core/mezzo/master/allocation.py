@@ -20,26 +20,45 @@ so the check costs one comparison per agent with something free, and nothing whe
 no minimum is configured. Held-back agents are counted for ``mezzo state``
 (``agents_below_min_offer``).
 
-:class:`AllocationTimer` batches triggers (freed resources, new frameworks,
-revives) so that at most one cycle runs per ``allocation_interval``, but a trigger
-after a quiet period runs at once: frameworks are not made to wait for a tick.
-Resources freed by a task's end are offered sooner still (see the class).
+:class:`Allocation` runs the cycles of one leadership term: it expires refuse
+filters and offers, hands the allocator a :class:`Cycle`, and sends what it
+offered. When cycles run is :class:`~.allocation_timer.AllocationTimer`'s call.
+
+**A cycle is all or nothing.** An allocator that raises half-way through
+``allocate`` (a bug in a plugin) may have made some offers already; were they
+kept but never sent, their resources would sit booked to frameworks that never
+heard of them until ``offer_timeout``. So the cycle's offers are rolled back: taken
+off the book, returned to their agents' free pools, and recovered from the
+allocator, and another cycle is requested. The failure is reported through the
+plugin guard (:mod:`mezzo.plugin_guard`). An offer filter that raises is "broken",
+not "no": the pair is not offered in that cycle, the failure is counted, and the
+state's ``not_offered`` shows it as ``"<filter>: error"``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from ..hookspecs import AllocationCycle
 from ..resources import Resources
-from .records import OfferRecord
+from ..wire.ttypes import Offer
+from .allocation_timer import AllocationTimer
+from .long_tasks import offer_room
+from .records import AgentRecord, OfferRecord
 
 if TYPE_CHECKING:
-    from .master import Master
+    from .ports import Timer
+    from .recovery import Recovery
+    from .state import ClusterState
+
+log = structlog.get_logger("mezzo.master", component="master")
 
 
 def effective_min_offer(min_offer: Resources | None, total: Resources) -> Resources | None:
@@ -56,23 +75,23 @@ def effective_min_offer(min_offer: Resources | None, total: Resources) -> Resour
 
 
 class Cycle(AllocationCycle):
-    """One allocation cycle over the master's state at loop time ``now``.
+    """One allocation cycle over the cluster state at clock time ``now``.
 
     ``may_offer`` is the innermost call of every allocator (agents x frameworks in
     the worst case), so it caches what it looked up for the agent it was last asked
     about: allocators ask about one agent for many frameworks in a row.
     """
 
-    def __init__(self, master: "Master", now: float) -> None:
-        self._m = master
+    def __init__(self, state: ClusterState, now: float) -> None:
+        self._m = state
         self._now = now
         self.made: dict[str, list[OfferRecord]] = defaultdict(list)
         self.skips: Counter[tuple[str, str]] = Counter()
         self.fully_refused_agents = 0
         self.agents_below_min_offer = 0
         self._agent_id: str | None = None
-        self._agent = None
-        self._agent_refusals: dict | None = None
+        self._agent: AgentRecord | None = None
+        self._agent_refusals: dict[str, tuple[float, Resources]] | None = None
 
     def agents(self) -> Iterable[str]:
         m = self._m
@@ -125,13 +144,18 @@ class Cycle(AllocationCycle):
                     self.skips[(framework_id, reason)] += 1
                     return False
         for f in m.offer_filters:
-            reason = f.refuse(framework, agent, agent.free)
+            try:
+                reason = f.refuse(framework, agent, agent.free)
+            except Exception as exc:  # broken, not "no": see the module docstring
+                m.guard.failed(f, "refuse", exc, framework=framework_id, agent=agent_id)
+                self.skips[(framework_id, f"{f.name}: error")] += 1
+                return False
             if reason is not None:
                 self.skips[(framework_id, f"{f.name}: {reason}")] += 1
                 return False
         return True
 
-    def refusing(self, agent_id: str):
+    def refusing(self, agent_id: str) -> Collection[str]:
         # Every refusal held covers the agent's free pool and expired ones were
         # dropped at the start of the cycle, so the agent's refusal dict is the answer.
         return self._m.refusals.of_agent(agent_id) or frozenset()
@@ -148,6 +172,17 @@ class Cycle(AllocationCycle):
         m.allocator.allocated(framework_id, resources)
         self.made[framework_id].append(offer)
 
+    def roll_back(self) -> int:
+        """Undo every offer of this cycle (its allocator failed); how many there were."""
+        m = self._m
+        undone = 0
+        for offers in self.made.values():
+            for offer in offers:
+                m.return_offer(offer)
+                undone += 1
+        self.made.clear()
+        return undone
+
     def reasons(self) -> dict[str, dict[str, int]]:
         """Per framework, why candidates were not offered, with counts (for ``mezzo state``).
         Refuse filters are not counted here: the state shows them directly."""
@@ -157,93 +192,112 @@ class Cycle(AllocationCycle):
         return out
 
 
-PROMPT_FRACTION = 0.1
-"""A prompt request waits at most this fraction of ``allocation_interval`` after the last cycle."""
-
-PROMPT_COST_FACTOR = 10
-"""...and at least this many times the last cycle's own cost, so that prompt cycles never take
-more than about a tenth of the master's loop, however large the cluster."""
 
 
-class AllocationTimer:
-    """Runs ``run`` after a trigger, at most once per ``interval`` seconds.
+@dataclass(slots=True)
+class CycleTotals:
+    """Counters over every cycle this master ran, across leadership terms (metrics)."""
 
-    A *prompt* request (resources that a task's end freed) may run sooner: at most
-    ``interval × PROMPT_FRACTION`` after the last cycle, but never sooner than
-    ``PROMPT_COST_FACTOR`` times that cycle's cost after its end, and only while the
-    master keeps up: when the last cycle ran later than it was due by more than that
-    fraction, the loop is saturated and prompt requests wait the whole interval like
-    any other (at 50,000 agents they cost latency instead of saving it). Why both kinds:
-    tasks that end together end a few milliseconds apart, and with the full interval
-    the second slot would wait up to a whole interval for the first slot's cycle to
-    age (2-5 % of a job of one-second tasks, ``bench/overhead.py``). Declines and
-    unused resources keep the full interval: a framework that declines with
-    ``refuse_seconds = 0`` would otherwise be sent the same offer as fast as it can
-    answer. Task ends are bounded by real work.
+    cycles: int = 0
+    seconds: float = 0.0
+    offers_made: int = 0
+    failed: int = 0
+
+
+class Allocation:
+    """The allocation cycles of one leadership term. See the module docstring.
+
+    ``run()`` is one cycle and can be called directly (the tests and the benchmarks
+    do); ``request(prompt=...)`` asks for one through the timer; ``cancel()`` ends
+    the term's timers.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float, run: Callable[[], None]) -> None:
-        self._loop = loop
-        self._interval = interval
-        self._run = run
-        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
-        self._handle_at = float("inf")
-        self._last = -float("inf")
-        self._last_end = -float("inf")
-        self._last_cost = 0.0
-        self._saturated = False
-        self._wakeup: asyncio.TimerHandle | None = None
-        self._wakeup_at = float("inf")
+    def __init__(self, state: ClusterState, recovery: Recovery, *, interval: float, totals: CycleTotals) -> None:
+        self.state = state
+        self.recovery = recovery
+        self.totals = totals
+        self.timer = AllocationTimer(state.clock, interval, self.run)
+        self.request = self.timer.request
+        self.last_cycle: dict[str, Any] = {}
+        """What the latest cycle did, for ``mezzo state``."""
+        self._offer_timer: Timer | None = None
+        self._cancelled = False
 
-    def request(self, *, prompt: bool = False) -> None:
-        """Ask for a cycle: at once if none ran in the last interval, else at its end
-        (``prompt``: see the class docstring)."""
-        if prompt and not self._saturated:
-            when = max(self._last + self._interval * PROMPT_FRACTION,
-                       self._last_end + self._last_cost * PROMPT_COST_FACTOR)
-        else:
-            when = self._last + self._interval
-        if self._handle is not None:
-            if when >= self._handle_at:
-                return
-            self._handle.cancel()
-        now = self._loop.time()
-        if when <= now:
-            self._handle = self._loop.call_soon(self._fire)
-            self._handle_at = now
-        else:
-            self._handle = self._loop.call_at(when, self._fire)
-            self._handle_at = when
-
-    def request_at(self, when: float) -> None:
-        """Ask for a cycle at loop time ``when`` (a refuse filter or offer expiring)."""
-        if when >= self._wakeup_at:
-            return
-        if self._wakeup is not None:
-            self._wakeup.cancel()
-        self._wakeup_at = when
-        self._wakeup = self._loop.call_at(when, self._woken)
-
-    def _woken(self) -> None:
-        self._wakeup = None
-        self._wakeup_at = float("inf")
-        self.request()
-
-    def _fire(self) -> None:
-        self._last = self._loop.time()
-        self._saturated = self._last - self._handle_at > self._interval * PROMPT_FRACTION
-        self._handle = None
-        self._handle_at = float("inf")
+    def run(self) -> None:
+        """One allocation cycle: expire, let the allocator offer, send the offers."""
+        state = self.state
+        if self._cancelled or self.recovery.holding:
+            return  # offers resume when recovery ends (it requests a cycle)
         started = time.perf_counter()
-        try:
-            self._run()
-        finally:
-            self._last_cost = time.perf_counter() - started
-            self._last_end = self._loop.time()
+        now = state.now()
+        state.refusals.expire(now)
+        state.expire_offers(now)
+        cycle = Cycle(state, now)
+        if not state.allocator.allocate(cycle):
+            undone = cycle.roll_back()
+            self.totals.failed += 1
+            log.warning("allocation cycle rolled back: the allocator failed", allocator=state.allocator.name,
+                        offers_undone=undone)
+            state.request_allocation()
+        sent = 0
+        observe = state.observe
+        outbox = state.outbox
+        for fid, offers in cycle.made.items():
+            record = state.frameworks[fid]
+            wire = [self._offer_message(o) for o in offers]
+            outbox.scheduler(record.conn).resource_offers(wire)
+            sent += len(wire)
+            observe.mezzo_offers_sent(framework_id=fid, offers=wire)
+        self._arm_timers()
+        elapsed = time.perf_counter() - started
+        totals = self.totals
+        totals.cycles += 1
+        totals.seconds += elapsed
+        totals.offers_made += sent
+        self.last_cycle = {
+            "at": time.time(),
+            "seconds": round(elapsed, 6),
+            "offers": sent,
+            "agents_refused_by_all": cycle.fully_refused_agents,
+            "agents_below_min_offer": cycle.agents_below_min_offer,
+            "not_offered": cycle.reasons(),
+        }
+        if sent:
+            log.debug("allocation cycle", offers=sent, seconds=round(elapsed, 4))
+
+    def _offer_message(self, offer: OfferRecord) -> Offer:
+        agent = self.state.agents[offer.agent_id]
+        fid = offer.framework_id
+        return Offer(
+            offer_id=offer.id,
+            framework_id=fid,
+            agent_id=agent.id,
+            hostname=agent.info.hostname,
+            resources=offer.resources,
+            attributes=agent.info.attributes or {},
+            executor_ids=[eid for (f, eid) in agent.executors if f == fid],
+            # Tested here, not in offer_room: this runs for every offer of every cycle.
+            long_task_room=None if agent.long_limit is None else offer_room(agent, offer.resources),
+        )
+
+    def _arm_timers(self) -> None:
+        state = self.state
+        nxt = state.refusals.next_expiry()
+        if nxt is not None:
+            self.timer.request_at(nxt)
+        expiry = state.offer_book.next_expiry()
+        if expiry is not None and self._offer_timer is None:
+            self._offer_timer = state.clock.call_at(expiry, self._offer_timeout_fired)
+
+    def _offer_timeout_fired(self) -> None:
+        self._offer_timer = None
+        self.state.expire_offers(self.state.now())
+        self._arm_timers()
 
     def cancel(self) -> None:
-        for h in (self._handle, self._wakeup):
-            if h is not None:
-                h.cancel()
-        self._handle = self._wakeup = None
-        self._handle_at = self._wakeup_at = float("inf")
+        """End of the term: no cycle runs any more."""
+        self._cancelled = True
+        self.timer.cancel()
+        if self._offer_timer is not None:
+            self._offer_timer.cancel()
+            self._offer_timer = None

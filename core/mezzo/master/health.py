@@ -16,30 +16,38 @@ the work it checks on.
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING
-
-import structlog
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..services import AGENT
 
 if TYPE_CHECKING:
-    from .master import Master
+    from .ports import Clock, Timer
 
-log = structlog.get_logger("mezzo.master", component="master")
+
+class AgentLinks(Protocol):
+    """What the health check needs of the master service."""
+
+    agent_links: Collection[Any]
+    """Connections that carry agents (each has ``last_received``, in clock time)."""
+
+    def agent_link_silent(self, link: Any, silent: float) -> None:
+        """Nothing came from ``link`` for ``silent`` seconds: its agents are lost."""
 
 
 class AgentHealth:
     """The periodic check of one leadership term; :meth:`stop` ends it."""
 
-    def __init__(self, master: Master, loop: asyncio.AbstractEventLoop) -> None:
-        self._master = master
-        self._loop = loop
-        self.interval = master.config.agent_ping_interval
-        self.timeout = master.config.agent_ping_timeout
-        self._handle: asyncio.TimerHandle | None = None
+    def __init__(self, links: AgentLinks, clock: Clock, *, interval: float, timeout: float) -> None:
+        self._links = links
+        self._clock = clock
+        self.interval = interval
+        self.timeout = timeout
+        self._handle: Timer | None = None
+
+    def start(self) -> None:
         if self.interval > 0 and self.timeout > 0:
-            self._handle = loop.call_later(self._period(), self._check)
+            self._handle = self._clock.call_later(self._period(), self._check)
 
     def _period(self) -> float:
         # Checked at least three times per timeout, so a loss is noticed at most
@@ -47,15 +55,15 @@ class AgentHealth:
         return min(self.interval, self.timeout / 3)
 
     def _check(self) -> None:
-        now = self._loop.time()
-        master = self._master
-        for conn in list(master.agent_conns):
+        now = self._clock.now()
+        links = self._links
+        for conn in list(links.agent_links):
             silent = now - conn.last_received
             if silent >= self.timeout:
-                master.agent_connection_silent(conn, silent)
+                links.agent_link_silent(conn, silent)
             elif silent >= self.interval:
                 conn.remote(AGENT).ping()
-        self._handle = self._loop.call_later(self._period(), self._check)
+        self._handle = self._clock.call_later(self._period(), self._check)
 
     def stop(self) -> None:
         if self._handle is not None:

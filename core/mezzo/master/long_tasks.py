@@ -33,7 +33,7 @@ from .records import AgentRecord, TaskRecord
 from .revocation_monitor import send_kill
 
 if TYPE_CHECKING:
-    from .master import Master
+    from .state import ClusterState
 
 log = structlog.get_logger("mezzo.master", component="long_tasks")
 
@@ -84,8 +84,8 @@ class ShortTaskLimit(PeriodicCheck):
 
     log = log  # this module's logger, with its component
 
-    def __init__(self, master: Master, max_seconds: float, grace: float) -> None:
-        self.master = master
+    def __init__(self, state: ClusterState, max_seconds: float, grace: float) -> None:
+        self.state = state
         self.max_seconds = max_seconds
         self.grace = grace
         self.interval = min(1.0, max(max_seconds / 4, 0.05))
@@ -96,24 +96,30 @@ class ShortTaskLimit(PeriodicCheck):
     def task_started(self, task: TaskRecord) -> None:
         """Watch a task launched (or learned of from its agent) now."""
         if not is_long(task):
-            self.queue.append((self.master.now + self.max_seconds, task.framework_id, task.id))
+            self.queue.append((self.state.now() + self.max_seconds, task.framework_id, task.id))
+
+    def task_ended(self, task: TaskRecord, agent: AgentRecord | None) -> None:
+        """Nothing to do: an ended task is skipped when its deadline comes."""
+
+    def launched(self, framework_id: str) -> None:
+        """Nothing to do."""
 
     def check(self) -> list[TaskRecord]:
         """Revoke the short tasks past their deadline that still run; returns them."""
-        master, now, revoked = self.master, self.master.now, []
+        state, now, revoked = self.state, self.state.now(), []
         queue = self.queue
         while queue and queue[0][0] <= now:
             _, fid, tid = queue.popleft()
-            framework = master.frameworks.get(fid)
+            framework = state.frameworks.get(fid)
             task = framework.tasks.get(tid) if framework is not None else None
-            agent = master.agents.get(task.agent_id) if task is not None else None
+            agent = state.agents.get(task.agent_id) if task is not None else None
             if task is None or agent is None or agent.conn is None:
                 continue  # ended, or its agent is away (its end or loss will be reported)
             message = (f"revoked: task ran longer than master.short_task_max ({self.max_seconds:g} s) "
                        f"without being marked long")
             log.info("revoking a short task past short_task_max", framework=fid, task=tid, agent=agent.id,
                      max_seconds=self.max_seconds)
-            send_kill(agent, fid, tid, grace=self.grace, message=message)
+            send_kill(state, agent, fid, tid, grace=self.grace, message=message)
             self.tasks_revoked += 1
             revoked.append(task)
         return revoked

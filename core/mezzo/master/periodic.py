@@ -8,10 +8,12 @@ check for the rest of the term.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
+
+if TYPE_CHECKING:
+    from .ports import Clock, Timer
 
 
 class PeriodicCheck:
@@ -22,22 +24,22 @@ class PeriodicCheck:
     """Seconds between checks."""
     log: Any = structlog.get_logger("mezzo.master", component="master")
 
-    _handle: asyncio.TimerHandle | None = None
+    _handle: Timer | None = None
 
     def check(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._handle = loop.call_later(self.interval, self._tick, loop)
+    def start(self, clock: Clock) -> None:
+        self._handle = clock.call_later(self.interval, self._tick, clock)
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _tick(self, clock: Clock) -> None:
         try:
             self.check()
         except Exception:
             self.log.exception("periodic check failed", check=type(self).__name__)
-        self._handle = loop.call_later(self.interval, self._tick, loop)
+        self._handle = clock.call_later(self.interval, self._tick, clock)

@@ -16,16 +16,14 @@ are gone with them, and reconciling them answers TASK_LOST.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from ..services import SCHEDULER
-
 if TYPE_CHECKING:
-    from .master import Master
+    from .ports import Timer
+    from .state import ClusterState
 
 log = structlog.get_logger("mezzo.master", component="master")
 
@@ -33,28 +31,29 @@ log = structlog.get_logger("mezzo.master", component="master")
 class Recovery:
     """The recovery of one leadership term (nothing to do for a cluster's first leader)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: ClusterState) -> None:
         self.awaiting: set[str] = set()
         """Admitted agents that have not re-registered yet."""
         self.holding = False
         """True while offers (and reconciliation answers) wait."""
-        self._master: Master | None = None
-        self._handles: list[asyncio.TimerHandle] = []
+        self._state = state
+        self._handles: list[Timer] = []
         self._deferred: list[Callable[[], None]] = []
         self._started = 0.0
 
-    def begin(self, master: Master, admitted: set[str]) -> None:
-        self._master = master
-        self.awaiting = set(admitted) - set(master.agents)
+    def begin(self, admitted: set[str]) -> None:
+        """The term starts leading; ``admitted`` is the registry's list of agents."""
+        state = self._state
+        self.awaiting = set(admitted) - set(state.agents)
         if not self.awaiting:
             return
         self.holding = True
-        loop = master._loop
-        self._started = loop.time()
-        config = master.config
+        clock = state.clock
+        self._started = clock.now()
+        config = state.config
         self._handles = [
-            loop.call_later(config.recovery_hold_timeout, self._end_hold, "recovery_hold_timeout passed"),
-            loop.call_later(config.agent_reregister_timeout, self._expire_missing),
+            clock.call_later(config.recovery_hold_timeout, self._end_hold, "recovery_hold_timeout passed"),
+            clock.call_later(config.agent_reregister_timeout, self._expire_missing),
         ]
 
     def agent_back(self, agent_id: str) -> None:
@@ -80,26 +79,24 @@ class Recovery:
         if not self.holding:
             return
         self.holding = False
-        master = self._master
+        state = self._state
         log.info("recovery: offers resume", why=why, missing_agents=len(self.awaiting),
-                 seconds=round(master._loop.time() - self._started, 3))
+                 seconds=round(state.now() - self._started, 3))
         deferred, self._deferred = self._deferred, []
         for action in deferred:
             try:
                 action()
             except Exception:  # one bad request must not keep the others unanswered
                 log.exception("deferred call failed")
-        master.request_allocation()
+        state.request_allocation()
 
     def _expire_missing(self) -> None:
-        master = self._master
+        state = self._state
         missing, self.awaiting = sorted(self.awaiting), set()
         for agent_id in missing:
-            master.registry.remove(agent_id)
+            state.registry.remove(agent_id)
             log.warning("admitted agent did not re-register after failover; removed", agent=agent_id,
-                        timeout=master.config.agent_reregister_timeout)
-            master.observe.mezzo_agent_removed(agent_id=agent_id, reason="did not re-register after failover")
-            for record in master.frameworks.values():
-                if record.conn is not None:
-                    record.conn.remote(SCHEDULER).agent_lost(agent_id)
+                        timeout=state.config.agent_reregister_timeout)
+            state.observe.mezzo_agent_removed(agent_id=agent_id, reason="did not re-register after failover")
+            state.tell_agent_lost(agent_id)
         self._end_hold("agent_reregister_timeout passed")

@@ -48,13 +48,13 @@ from .. import TERMINAL_STATES
 from ..guarantees import above_guarantee, meets_guarantee, shortfall
 from ..hookspecs import HeldTask, Holder, RevocationPolicy, Starved, Victim
 from ..resources import Resources
-from ..services import AGENT
 from ..wire.ttypes import KillPolicy, TaskState
 from .periodic import PeriodicCheck
 from .records import AgentRecord, FrameworkRecord, TaskRecord, TaskTable
 
 if TYPE_CHECKING:
-    from .master import Master
+    from .recovery import Recovery
+    from .state import ClusterState
 
 log = structlog.get_logger("mezzo.master", component="revocation")
 
@@ -88,13 +88,15 @@ class RevocationMonitor(PeriodicCheck):
     """The revocation loop of one leadership term. See the module docstring.
 
     ``check()`` is the whole decision and can be called directly (the tests do);
-    :meth:`start` runs it periodically on the master's loop.
+    :meth:`start` runs it periodically on the state's clock.
     """
 
     log = log  # this module's logger, with its component
 
-    def __init__(self, master: Master, policy: RevocationPolicy, *, delay: float, grace: float) -> None:
-        self.master = master
+    def __init__(self, state: ClusterState, recovery: Recovery, policy: RevocationPolicy, *, delay: float,
+                 grace: float) -> None:
+        self.cluster = state
+        self.recovery = recovery
         self.policy = policy
         self.delay = delay
         self.grace = grace
@@ -120,6 +122,9 @@ class RevocationMonitor(PeriodicCheck):
 
     # -- events from the master --------------------------------------------------
 
+    def task_started(self, task: TaskRecord) -> None:
+        """Nothing to do: a launch is what counts (:meth:`launched`)."""
+
     def launched(self, framework_id: str) -> None:
         """The framework just launched tasks: it is not starved (now)."""
         self.waiting_since.pop(framework_id, None)
@@ -129,47 +134,47 @@ class RevocationMonitor(PeriodicCheck):
         """A task's terminal update arrived (its resources are free again). If it was
         revoked for a starved framework, hold what it freed for that framework."""
         entry = self.revoking.pop((task.framework_id, task.id), None)
-        if entry is not None and entry.for_framework_id in self.master.frameworks:
+        if entry is not None and entry.for_framework_id in self.cluster.frameworks:
             self._hold(agent, {entry.for_framework_id})
 
     def _hold(self, agent: AgentRecord | None, keep: set[str]) -> None:
         """Refuse what is free on ``agent`` to every framework but ``keep`` for
         ``HOLD_SECONDS`` (refuse filters lapse early once more is free there)."""
-        master = self.master
+        state = self.cluster
         if agent is None or not agent.connected or not agent.free:
             return
-        until = master.now + HOLD_SECONDS
-        for other in master.frameworks.values():
+        until = state.now() + HOLD_SECONDS
+        for other in state.frameworks.values():
             if other.id not in keep:
-                master.refusals.add(other.id, agent.id, agent.free, until, agent.free)
+                state.refusals.add(other.id, agent.id, agent.free, until, agent.free)
 
     # -- the check ----------------------------------------------------------------
 
     def check(self) -> list[Victim]:
         """One round: find the starved, rescind offers or revoke tasks. Returns the
         victims killed this round."""
-        master = self.master
-        if not master.leading or master.recovery.holding:
+        state = self.cluster
+        if self.recovery.holding:
             return []
-        now = master.now
+        now = state.now()
         self._forget_stale(now)
         coming = self._coming()
         starved: list[Starved] = []
         # Cheap first: only a framework that launched nothing for the whole delay can
         # be starved, and in a busy cluster that is few, so holdings are rarely summed.
-        for record in master.frameworks.values():
+        for record in state.frameworks.values():
             if not record.active or record.conn is None:
                 self.waiting_since.pop(record.id, None)
                 continue
             since = self.waiting_since.setdefault(record.id, now)
             if now - since < self.delay or record.id in self.served:
                 continue
-            guaranteed = master.allocator.guaranteed_share(record.id)
+            guaranteed = state.allocator.guaranteed_share(record.id)
             if not guaranteed:
                 continue
             # Its offers do not count here: in a full cluster they are leftovers it
             # cannot use (memory without cpus), held for the moment it takes to decline.
-            have = holding(master, record, offers=False) + coming.get(record.id, Resources())
+            have = holding(state, record, offers=False) + coming.get(record.id, Resources())
             if meets_guarantee(have, guaranteed):
                 # The wait is for a framework *below* its guarantee: it starts over,
                 # so one that drops below later waits the whole delay from then on.
@@ -177,22 +182,23 @@ class RevocationMonitor(PeriodicCheck):
             else:
                 starved.append(Starved(record.id, shortfall(have, guaranteed), now - since))
         self.starved_now = starved
-        for fid in [f for f in self.served if f not in master.frameworks]:
+        for fid in [f for f in self.served if f not in state.frameworks]:
             self.served.discard(fid)
         if not starved:
             return []
         starving = {s.framework_id for s in starved}
         held: dict[str, Resources] = {}
-        for record in master.frameworks.values():
+        for record in state.frameworks.values():
             if record.id not in starving and (record.tasks or record.offers):
-                held[record.id] = holding(master, record)
+                held[record.id] = holding(state, record)
         if self._rescind_offers_above_guarantee(starving, held):
             return []
         holders = self._holders(starving, held)
+        chosen = state.guard.call(self.policy, "select", starved, holders, default=None)
         try:
-            victims = list(self.policy.select(starved, holders))
-        except Exception:
-            log.exception("revocation policy failed", policy=self.policy.name)
+            victims = list(chosen) if chosen is not None else []
+        except Exception as exc:  # an answer that is not a sequence of victims
+            state.guard.failed(self.policy, "select", exc)
             return []
         return self._revoke(victims, holders, starving, now)
 
@@ -209,24 +215,24 @@ class RevocationMonitor(PeriodicCheck):
         longer than the delay; True if there were any. Younger offers are left
         alone: in a full cluster leftovers are offered all the time, and answered
         within milliseconds."""
-        master = self.master
+        state = self.cluster
         offers = []
         old = time.time() - self.delay
-        for record in master.frameworks.values():
+        for record in state.frameworks.values():
             if record.id in starving or not record.offers:
                 continue
             sat_on = [o for o in record.offers.values() if o.created_at <= old]
             if sat_on and above_guarantee(held.get(record.id, Resources()),
-                                          master.allocator.guaranteed_share(record.id)):
+                                          state.allocator.guaranteed_share(record.id)):
                 offers.extend(sat_on)
         if not offers:
             return False
         log.info("rescinding offers of frameworks above their guarantees for starved frameworks",
                  offers=len(offers), starved=sorted(starving))
         self.offers_rescinded += len(offers)
-        master._rescind_offers(offers, notify=True)
+        state.rescind_offers(offers, notify=True)
         for agent_id in {o.agent_id for o in offers}:
-            self._hold(master.agents.get(agent_id), starving)
+            self._hold(state.agents.get(agent_id), starving)
         return True
 
     def _holders(self, starving: set[str], held: dict[str, Resources]) -> list[Holder]:
@@ -234,17 +240,17 @@ class RevocationMonitor(PeriodicCheck):
         the tasks of those above their guarantee are listed: the others may lose
         none, and listing their tasks cost O(every task in the cluster) per round.
         Those at or below it are still there, with no tasks, for what they hold."""
-        master = self.master
-        agents = master.agents
+        state = self.cluster
+        agents = state.agents
         excluded = _NOT_REVOCABLE
         holders = []
         self._listed = set()
-        for record in master.frameworks.values():
+        for record in state.frameworks.values():
             if record.id in starving or not record.tasks:
                 continue
             fid = record.id
             allocated = held.get(fid, Resources())
-            guaranteed = master.allocator.guaranteed_share(fid)
+            guaranteed = state.allocator.guaranteed_share(fid)
             dying = {tid for f, tid in self.revoking if f == fid} if self.revoking else ()
             candidates = (t for t in record.tasks.values()
                           if not t.kill_requested and t.state not in excluded
@@ -264,7 +270,7 @@ class RevocationMonitor(PeriodicCheck):
         """Whether ``task`` may be offered to the policy (the test ``_holders`` inlines)."""
         if task.kill_requested or (record.id, task.id) in self.revoking or task.state in _NOT_REVOCABLE:
             return False
-        agent = self.master.agents.get(task.agent_id)
+        agent = self.cluster.agents.get(task.agent_id)
         return agent is not None and agent.conn is not None
 
     def _offered(self, key: tuple) -> bool:
@@ -276,12 +282,12 @@ class RevocationMonitor(PeriodicCheck):
         fid, tid = key
         if fid not in self._listed or not isinstance(tid, str):
             return False
-        record = self.master.frameworks.get(fid)
+        record = self.cluster.frameworks.get(fid)
         task = record.tasks.get(tid) if record is not None else None
         return task is not None and self._revocable(record, task)
 
     def _revoke(self, victims: list[Victim], holders: list[Holder], starving: set[str], now: float) -> list[Victim]:
-        master = self.master
+        state = self.cluster
         killed = []
         for victim in victims:
             key = (getattr(victim, "framework_id", None), getattr(victim, "task_id", None))
@@ -289,8 +295,8 @@ class RevocationMonitor(PeriodicCheck):
                 log.error("revocation policy named a task it was not offered, or one twice; skipped",
                           policy=self.policy.name, framework=key[0], task=key[1])
                 continue
-            task = master.frameworks[key[0]].tasks[key[1]]
-            agent = master.agents[task.agent_id]
+            task = state.frameworks[key[0]].tasks[key[1]]
+            agent = state.agents[task.agent_id]
             reason = str(victim.reason or "revoked")
             for_fid = victim.for_framework_id if victim.for_framework_id in starving else ""
             self.served.add(for_fid or next(iter(starving)))
@@ -300,14 +306,14 @@ class RevocationMonitor(PeriodicCheck):
                                 "for_framework_id": for_fid, "reason": reason, "at": time.time()})
             log.info("revoking task", framework=key[0], task=key[1], agent=agent.id, starved=for_fid,
                      grace=self.grace, reason=reason)
-            send_kill(agent, key[0], key[1], grace=self.grace, message=f"revoked: {reason}")
+            send_kill(state, agent, key[0], key[1], grace=self.grace, message=f"revoked: {reason}")
             killed.append(victim)
         return killed
 
     def _forget_stale(self, now: float) -> None:
-        master = self.master
+        state = self.cluster
         for key, entry in list(self.revoking.items()):
-            record = master.frameworks.get(entry.framework_id)
+            record = state.frameworks.get(entry.framework_id)
             gone = record is None or entry.task_id not in record.tasks
             if gone or now - entry.at > self.grace + STALE_AFTER:
                 if not gone:
@@ -340,15 +346,16 @@ def _held_task(task: TaskRecord) -> HeldTask:
     return task.held
 
 
-def send_kill(agent: AgentRecord, framework_id: str, task_id: str, *, grace: float, message: str) -> None:
+def send_kill(state: ClusterState, agent: AgentRecord, framework_id: str, task_id: str, *, grace: float,
+              message: str) -> None:
     """Ask ``agent`` to kill a task for the master's own reasons: with ``grace``
     instead of the agent's ``kill_grace_period``, and reason ``revoked`` and
     ``message`` on the task's kill updates. ``agent`` must be connected."""
-    agent.conn.remote(AGENT).kill_task(framework_id, task_id, KillPolicy(
+    state.outbox.agent(agent.conn).kill_task(framework_id, task_id, KillPolicy(
         grace_seconds=grace, reason=REVOKED_REASON, message=message))
 
 
-def holding(master: Master, record: FrameworkRecord, *, offers: bool = True) -> Resources:
+def holding(state: ClusterState, record: FrameworkRecord, *, offers: bool = True) -> Resources:
     """What counts toward a framework (the :attr:`Holder.allocated` of the policy
     hook): its tasks, the executors they run in, and (with ``offers``) its outstanding
     offers. An executor left with no task is not counted. The tasks' part is kept
@@ -366,7 +373,7 @@ def holding(master: Master, record: FrameworkRecord, *, offers: bool = True) -> 
     for offer in record.offers.values() if offers else ():
         total = total + offer.resources
     for agent_id, executor_id in executors:
-        agent = master.agents.get(agent_id)
+        agent = state.agents.get(agent_id)
         executor = agent.executors.get((record.id, executor_id)) if agent is not None else None
         if executor is not None:
             total = total + Resources.of(executor.resources)

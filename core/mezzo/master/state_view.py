@@ -21,28 +21,32 @@ if TYPE_CHECKING:
 
 def snapshot(master: Master) -> dict[str, Any]:
     """The state as JSON-ready dicts."""
-    now = master.now
-    allocator = master.allocator
+    term = master.term
+    state = term.state
+    now = state.now()
+    allocator = state.allocator
+    config = master.config
+    last_cycle = term.allocation.last_cycle
     as_dict = _Dicts()
     return {
         "master": {
-            "id": master.id,
+            "id": state.id,
             "address": master.address,
-            "leading": master.leading,
+            "leading": term.leading,
             "leader": master.leader_address,
             "zk": str(master.zk_url) if master.zk_url is not None else None,
-            "recovering": master.recovery.holding,
-            "awaiting_agents": len(master.recovery.awaiting),
+            "recovering": term.recovery.holding,
+            "awaiting_agents": len(term.recovery.awaiting),
             "started_at": master.started_at,
-            "allocator": master.config.allocator.name,
-            "offer_filters": list(master.config.offer_filters),
-            "allocation_interval": master.config.allocation_interval,
-            "offer_timeout": master.config.offer_timeout,
+            "allocator": config.allocator.name,
+            "offer_filters": list(config.offer_filters),
+            "allocation_interval": config.allocation_interval,
+            "offer_timeout": config.offer_timeout,
             "min_offer": master.min_offer.to_dict() if master.min_offer is not None else None,
-            "revocation_policy": master.config.revocation_policy.name,
-            "revocation_delay": master.config.revocation_delay,
+            "revocation_policy": config.revocation_policy.name,
+            "revocation_delay": config.revocation_delay,
         },
-        "revocation": master.revocation.state() if master.revocation is not None else None,
+        "revocation": term.revocation.state() if term.revocation is not None else None,
         "agents": [
             {
                 "id": a.id,
@@ -58,7 +62,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "executors": [{"framework_id": f, "executor_id": e} for (f, e) in a.executors],
                 "containers": a.statistics,
             }
-            for a in master.agents.values()
+            for a in state.agents.values()
         ],
         "frameworks": [
             {
@@ -76,10 +80,10 @@ def snapshot(master: Master) -> dict[str, Any]:
                     "agents": sorted(f.agent_whitelist) if f.agent_whitelist is not None else None,
                     "min_free": f.min_free.to_dict() if f.min_free else None,
                 },
-                "agents_refused": master.refusals.agents_refused_by(f.id),
-                "not_offered_last_cycle": master.last_cycle.get("not_offered", {}).get(f.id, {}),
+                "agents_refused": state.refusals.agents_refused_by(f.id),
+                "not_offered_last_cycle": last_cycle.get("not_offered", {}).get(f.id, {}),
             }
-            for f in master.frameworks.values()
+            for f in state.frameworks.values()
         ],
         "tasks": [
             {
@@ -90,7 +94,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "resources": as_dict(t.resources),
                 "message": t.message,
             }
-            for f in master.frameworks.values()
+            for f in state.frameworks.values()
             for t in f.tasks.values()
         ],
         "completed_tasks": [
@@ -102,7 +106,7 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "reason": t.reason,
                 "message": t.message,
             }
-            for t in list(master.completed_tasks)[-100:]
+            for t in list(state.completed_tasks)[-100:]
         ],
         "offers": [
             {
@@ -113,10 +117,11 @@ def snapshot(master: Master) -> dict[str, Any]:
                 "age_seconds": round(time.time() - o.created_at, 3),
                 "expires_in_seconds": None if o.expires_at == float("inf") else round(o.expires_at - now, 3),
             }
-            for o in master.offer_book.offers.values()
+            for o in state.offer_book.offers.values()
         ],
-        "refuse_filters": len(master.refusals),
-        "last_allocation": {k: v for k, v in master.last_cycle.items() if k != "not_offered"},
+        "refuse_filters": len(state.refusals),
+        "last_allocation": {k: v for k, v in last_cycle.items() if k != "not_offered"},
+        "plugin_failures": master.guard.counts(),
     }
 
 

@@ -1,0 +1,280 @@
+"""How agents come, go and come back.
+
+An agent that loses its link keeps its tasks for ``master.agent_reregister_timeout``;
+one that comes back in time is re-attached with everything it runs, one that does
+not is removed and its tasks reported TASK_LOST. So is one that stops answering
+pings (:mod:`.health`).
+
+Whether an agent unknown to this master may re-register is the registry's call
+(:mod:`.registry`): an admitted one (after a failover) is adopted with its tasks,
+executors and frameworks; one declared lost is told to start over.
+
+Callers (:mod:`.service`) have checked who is calling, validated the input and
+keep track of which link carries which agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from .. import is_terminal, state_name
+from ..resources import InvalidResources, Resources
+from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState
+from . import long_tasks
+from .allocation import effective_min_offer
+from .records import AgentRecord, TaskRecord
+from .registry import REFUSE
+
+if TYPE_CHECKING:
+    from .framework_lifecycle import FrameworkLifecycle
+    from .recovery import Recovery
+    from .state import ClusterState
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+
+class AgentLifecycle:
+    """Agent registration, re-registration, loss and executors over one :class:`ClusterState`."""
+
+    def __init__(self, state: ClusterState, frameworks: FrameworkLifecycle, recovery: Recovery) -> None:
+        self.state = state
+        self.frameworks = frameworks
+        self.recovery = recovery
+
+    def register(self, link: Any, info: AgentInfo, total: Resources) -> AgentRecord:
+        """A new agent: given an id, and offered once the registry has admitted it.
+
+        Not offered before: were this master to die first, the next one would refuse
+        the agent, and tasks launched on it would be orphans. A failed registry write
+        removes it again and closes its link.
+        """
+        state = self.state
+        aid = info.agent_id = state.new_agent_id()
+        record = self._add(link, info, total, connected=False)
+
+        def admitted(ok: bool) -> None:
+            if state.agents.get(aid) is not record:
+                return  # removed meanwhile, or another leadership term
+            if not ok:
+                log.warning("agent not admitted: the registry write failed", agent=aid)
+                self.remove(record, "could not be recorded in the registry", notify=False)
+                state.outbox.close(link)
+                return
+            if record.conn is link:
+                record.connected = True
+                state.outbox.agent(link).registered(aid)
+                state.request_allocation()
+
+        state.registry.admit(aid, admitted)
+        return record
+
+    def reregister(self, link: Any, info: AgentInfo, total: Resources, tasks: list[RunningTask],
+                   executors: list[ExecutorInfo], frameworks: Iterable[FrameworkInfo]) -> bool:
+        """An agent that had an id is back on ``link``; False if it is refused.
+
+        - Known here: re-attached, and what it reports squared with what is held
+          for it (:meth:`_reconcile`).
+        - Unknown and refused by the registry (declared lost, or never admitted): told
+          to kill its tasks and register anew, since they were reported lost already.
+        - Unknown but admitted (this master is new, or restarted): its word is taken
+          for what runs on it (:meth:`_adopt`), so that is not offered twice.
+        """
+        state = self.state
+        aid = info.agent_id
+        record = state.agents.get(aid)
+        if record is not None:
+            if record.removal_handle is not None:
+                record.removal_handle.cancel()
+                record.removal_handle = None
+            record.conn = link
+            record.connected = True
+            record.info = info
+            log.info("agent re-registered", agent=aid, hostname=info.hostname)
+            self._reconcile(record, tasks, executors)
+            state.observe.mezzo_agent_added(agent=info)
+        elif state.registry.verdict(aid) == REFUSE:
+            log.warning("refusing re-registration of a lost or unknown agent", agent=aid,
+                        hostname=info.hostname, tasks=len(tasks))
+            state.outbox.agent(link).reregistration_refused(
+                aid, f"agent {aid} is not admitted in this cluster (declared lost, or never registered): "
+                "kill its tasks and register as a new agent")
+            return False
+        else:
+            record = self._add(link, info, total)
+            self._adopt(record, tasks, executors, frameworks)
+            state.registry.admit(aid, _ignore)
+            self.recovery.agent_back(aid)
+        state.outbox.agent(link).reregistered(aid)
+        state.request_allocation()
+        return True
+
+    def _add(self, link: Any, info: AgentInfo, total: Resources, *, connected: bool = True) -> AgentRecord:
+        state = self.state
+        record = AgentRecord(id=info.agent_id, info=info, conn=link, total=total, free=total,
+                             connected=connected, offerable=state.offerable,
+                             min_offer=effective_min_offer(state.min_offer, total),
+                             long_limit=long_tasks.long_task_limit(state.config.long_task_fraction, total))
+        state.agents[record.id] = record
+        state.allocator.add_agent(record.id, total)
+        log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
+        state.observe.mezzo_agent_added(agent=info)
+        state.request_allocation()
+        return record
+
+    def _adopt(self, agent: AgentRecord, running: Iterable[RunningTask], executors: Iterable[ExecutorInfo],
+               frameworks: Iterable[FrameworkInfo]) -> None:
+        """Record tasks and executors an agent reports.
+
+        Frameworks it names that this master does not know are recovered
+        (:meth:`FrameworkLifecycle.recover`): their tasks are theirs again at once,
+        and their schedulers have a while to come back. Tasks of frameworks the agent
+        gave no info for stay on the agent record (their resources stay used) and
+        join their framework when it registers (:attr:`ClusterState.orphans`)."""
+        state = self.state
+        for info in frameworks:
+            fid = info.framework_id if isinstance(info, FrameworkInfo) else None
+            if isinstance(fid, str) and fid and fid not in state.frameworks and fid not in state.removed_frameworks:
+                self.frameworks.recover(info)
+        for ex in executors:
+            if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
+                continue
+            res = _safe_resources(ex.resources)
+            ex.resources = res
+            key = (ex.framework_id, ex.executor_id)
+            agent.executors[key] = ex
+            agent.free = agent.free - res
+            if ex.framework_id in state.frameworks:
+                state.allocator.allocated(ex.framework_id, res)
+            else:
+                state.orphans.setdefault(ex.framework_id, []).append((agent, key))
+        for rt in running:
+            t = rt.task if rt is not None else None
+            fid = rt.framework_id if rt is not None else None
+            if t is None or not isinstance(fid, str) or not fid or not isinstance(t.task_id, str):
+                continue
+            latest = rt.latest
+            task_state = latest.state if latest is not None and isinstance(latest.state, int) else TaskState.TASK_STAGING
+            if (fid, t.task_id) in agent.tasks:
+                continue
+            res = _safe_resources(t.resources)
+            tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=task_state)
+            if latest is not None:
+                tr.message, tr.reason = latest.message or "", latest.reason or ""
+            if is_terminal(task_state):
+                # Its end is still being reported: nothing to hold, but reconciliation
+                # must know how it ended.
+                state.completed_tasks.append(tr)
+                continue
+            agent.free = agent.free - res
+            state.add_task(agent, tr)
+            framework = state.frameworks.get(fid)
+            if framework is None:
+                state.orphans.setdefault(fid, []).append((agent, tr))
+            elif t.task_id not in framework.tasks:
+                framework.tasks[t.task_id] = tr
+                state.allocator.allocated(fid, res)
+
+    def _reconcile(self, agent: AgentRecord, running: list[RunningTask], executors: list[ExecutorInfo]) -> None:
+        """A known agent came back: square what this master holds for it with what it reports.
+
+        - A task held here but not reported never reached the agent (its ``run_task``
+          was lost with the old link) or ended unseen: its framework gets
+          TASK_DROPPED if it never started, else TASK_LOST (reason
+          ``task_missing_on_agent``), and its resources are freed.
+        - An executor held here but not reported is gone: its resources are freed.
+        - Tasks of frameworks this master removed: the agent is told to shut them down.
+        - Kills asked for while the agent was away are sent now.
+        """
+        state = self.state
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running
+                    if rt is not None and rt.task is not None}
+        for key, task in list(agent.tasks.items()):
+            if key in reported:
+                continue
+            ended = TaskState.TASK_DROPPED if task.state == TaskState.TASK_STAGING else TaskState.TASK_LOST
+            state.end_task(task, agent, ended, "task_missing_on_agent",
+                           f"agent {agent.id} re-registered without this task")
+            status = state.master_status(task, ended, task.reason, task.message)
+            log.warning("task missing on a re-registered agent", agent=agent.id, framework=task.framework_id,
+                        task=task.id, state=state_name(ended))
+            state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
+            framework = state.frameworks.get(task.framework_id)
+            if framework is not None:
+                state.tell_status(framework, status)
+        live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}
+        for key in [k for k in agent.executors if k not in live]:
+            state.release_executor(agent, key)
+        remote = state.outbox.agent(agent.conn)
+        for fid in {fid for fid, _ in reported if fid in state.removed_frameworks}:
+            remote.shutdown_framework(fid)
+        kills, agent.pending_kills = agent.pending_kills, set()
+        for fid, tid in kills:
+            if (fid, tid) in agent.tasks:
+                remote.kill_task(fid, tid)
+
+    def remove(self, agent: AgentRecord, reason: str, *, notify: bool = True) -> None:
+        """Declare ``agent`` lost: TASK_LOST for its tasks, ``agent_lost`` to every
+        framework (unless not ``notify``: it never was registered), out of the registry."""
+        state = self.state
+        state.registry.remove(agent.id)
+        state.rescind_offers(list(agent.offers.values()), notify=True)
+        for task in list(agent.tasks.values()):
+            state.end_task(task, agent, TaskState.TASK_LOST, "agent_removed", f"agent {agent.id} lost: {reason}")
+            status = state.master_status(task, TaskState.TASK_LOST, "agent_removed", task.message)
+            state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
+            framework = state.frameworks.get(task.framework_id)
+            if framework is not None:
+                state.tell_status(framework, status)
+        for key in list(agent.executors):
+            state.release_executor(agent, key)
+        state.refusals.clear_agent(agent.id)
+        del state.agents[agent.id]
+        state.offerable.pop(agent.id, None)
+        agent.offerable = None
+        state.allocator.remove_agent(agent.id, agent.total)
+        if notify:
+            state.tell_agent_lost(agent.id)
+        log.warning("agent removed", agent=agent.id, reason=reason)
+        state.observe.mezzo_agent_removed(agent_id=agent.id, reason=reason)
+
+    def disconnected(self, agent: AgentRecord) -> None:
+        """Its link is gone: offers rescinded, and removal unless it re-registers within
+        ``master.agent_reregister_timeout``."""
+        state = self.state
+        agent.conn = None
+        agent.connected = False
+        state.rescind_offers(list(agent.offers.values()), notify=True)
+        timeout = state.config.agent_reregister_timeout
+        log.warning("agent disconnected", agent=agent.id, reregister_timeout=timeout)
+        agent.removal_handle = state.clock.call_later(timeout, self._reregister_timed_out, agent.id)
+
+    def _reregister_timed_out(self, agent_id: str) -> None:
+        agent = self.state.agents.get(agent_id)
+        if agent is not None and not agent.connected:
+            self.remove(agent, f"did not re-register within {self.state.config.agent_reregister_timeout:g} s")
+
+    def executor_exited(self, agent: AgentRecord, framework_id: str, executor_id: str, exit_status: int,
+                        message: str) -> None:
+        """An executor ended: its resources are free, its framework hears ``executor_lost``."""
+        state = self.state
+        state.release_executor(agent, (framework_id, executor_id))
+        log.info("executor exited", agent=agent.id, framework=framework_id, executor=executor_id,
+                 status=exit_status, message=message)
+        record = state.frameworks.get(framework_id)
+        if record is not None and record.conn is not None:
+            state.outbox.scheduler(record.conn).executor_lost(agent.id, executor_id, exit_status or 0)
+        state.request_allocation()
+
+
+def _safe_resources(wire: Any) -> Resources:
+    try:
+        return Resources.of(wire)
+    except InvalidResources:
+        return Resources()
+
+
+def _ignore(ok: bool) -> None:
+    return None

@@ -1,0 +1,367 @@
+"""The master's RPC handler: who is calling, is what they sent sound, then the state.
+
+Every call of the ``Master`` service (``thrift/mezzo.thrift``) on a connection
+arrives as ``service.<call>(conn, *args)``. A handler does three things, in order:
+
+1. **Who.** A connection is bound to the framework or the agents that registered
+   on it (``conn.tag``: :class:`~.records.FrameworkTag`, :class:`~.records.AgentTag`),
+   and a call naming another framework's or agent's id is refused. A peer never
+   acts for another.
+2. **What.** The arguments are checked for meaning (a framework needs a name, an
+   agent a port and resources, filters must parse). Their structure was
+   normalised when the message was decoded (:mod:`mezzo.rpc.codec`: left-out
+   strings and lists arrive empty), so no handler checks for None but of a
+   struct. A bad call is answered ``error`` naming the call and the field, and
+   changes nothing.
+3. **Then** the lifecycles of frameworks, agents and tasks change the state
+   (:mod:`.framework_lifecycle`, :mod:`.agent_lifecycle`, :mod:`.task_lifecycle`).
+
+Handlers run on the master's one event loop and must never raise on what a peer
+sends: the rpc layer would log it, but a half-applied change leaves the state
+inconsistent, which is why they validate before changing anything.
+
+One service serves one leadership term; :class:`~.leadership.LeaderGate` routes
+calls to the current one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..resources import InvalidResources, Resources
+from ..services import AGENT, SCHEDULER, TOOL
+from ..wire.ttypes import (
+    AgentInfo,
+    ExecutorInfo,
+    Filters,
+    FrameworkFilters,
+    FrameworkInfo,
+    RunningTask,
+    TaskInfo,
+    TaskStatus,
+)
+from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
+
+if TYPE_CHECKING:
+    from .agent_lifecycle import AgentLifecycle
+    from .framework_lifecycle import FrameworkLifecycle
+    from .state import ClusterState
+    from .task_lifecycle import TaskLifecycle
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+
+class MasterService:
+    """The handler of one leadership term's connections. See the module docstring.
+
+    ``address`` is this master's (sent to schedulers); ``render_state(reply)`` and
+    ``metrics()`` answer the tools.
+    """
+
+    def __init__(self, state: ClusterState, frameworks: FrameworkLifecycle, agents: AgentLifecycle,
+                 tasks: TaskLifecycle, *, address: Callable[[], str],
+                 render_state: Callable[[Callable[[str], None]], None],
+                 metrics: Callable[[], dict[str, Any]]) -> None:
+        self.state = state
+        self.frameworks = frameworks
+        self.agents = agents
+        self.tasks = tasks
+        self._address = address
+        self._render_state = render_state
+        self._metrics = metrics
+        self.agent_links: set[Any] = set()
+        """Connections that carry agents, for the health check (:mod:`.health`)."""
+
+    # -- who is calling --------------------------------------------------------------
+
+    def _framework_of(self, conn: Any, framework_id: str, call: str) -> FrameworkRecord | None:
+        """The framework registered on ``conn``, if ``framework_id`` names it; else answer an error."""
+        tag = conn.tag
+        record = None
+        if isinstance(tag, FrameworkTag) and tag.framework_id == framework_id:
+            record = self.state.frameworks.get(framework_id)
+        if record is None:
+            log.warning("call from unregistered framework", call=call, framework=framework_id, peer=conn.peer)
+            conn.remote(SCHEDULER).error(f"{call}: framework {framework_id!r} is not registered on this connection")
+        return record
+
+    def _agent_of(self, conn: Any, call: str, agent_id: str = "") -> AgentRecord | None:
+        """The agent a call on ``conn`` is from: ``agent_id`` if the call names one
+        registered on this connection, else the connection's only agent."""
+        tag = conn.tag
+        agent = None
+        if isinstance(tag, AgentTag):
+            if agent_id:
+                agent = self.state.agents.get(agent_id) if agent_id in tag.agent_ids else None
+            elif len(tag.agent_ids) == 1:
+                agent = self.state.agents.get(next(iter(tag.agent_ids)))
+        if agent is None:
+            log.warning("agent call from a peer not registered as that agent", call=call,
+                        agent=agent_id, peer=conn.peer)
+        return agent
+
+    def _attach_agent(self, conn: Any, agent_id: str) -> None:
+        if isinstance(conn.tag, AgentTag):
+            conn.tag.agent_ids.add(agent_id)
+        else:
+            conn.tag = AgentTag(agent_id)
+        self.agent_links.add(conn)
+
+    def _detach_agent(self, conn: Any, agent_id: str) -> None:
+        """``conn`` no longer speaks for ``agent_id`` (it moved to another connection);
+        a connection that speaks for nobody any more is closed."""
+        tag = conn.tag
+        if isinstance(tag, AgentTag):
+            tag.agent_ids.discard(agent_id)
+            if not tag.agent_ids:
+                conn.tag = None
+                self.agent_links.discard(conn)
+                conn.close()
+
+    # -- frameworks ------------------------------------------------------------------
+
+    def register_framework(self, conn: Any, framework: FrameworkInfo) -> None:
+        scheduler = conn.remote(SCHEDULER)
+        if not isinstance(framework, FrameworkInfo) or not isinstance(framework.name, str) or not framework.name.strip():
+            scheduler.error("register_framework: FrameworkInfo.name is required")
+            return
+        if isinstance(conn.tag, AgentTag):
+            scheduler.error("register_framework: this connection belongs to an agent")
+            return
+        timeout = framework.failover_timeout
+        if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
+            scheduler.error(f"register_framework: failover_timeout {timeout!r} must be a finite number >= 0")
+            return
+        framework.role = framework.role if isinstance(framework.role, str) and framework.role else "*"
+        fid = framework.framework_id if isinstance(framework.framework_id, str) else ""
+        framework.framework_id = fid or None
+        if isinstance(conn.tag, FrameworkTag) and conn.tag.framework_id != fid:
+            scheduler.error(f"register_framework: this connection is already framework {conn.tag.framework_id}")
+            return
+        state = self.state
+        existing = state.frameworks.get(fid) if fid else None
+        if existing is not None:
+            old = existing.conn
+            if old is not None and old is not conn:
+                old.remote(SCHEDULER).error("framework failed over to another scheduler")
+                old.tag = None
+                old.close()
+            conn.tag = FrameworkTag(fid)
+            self.frameworks.reattach(existing, conn, framework, self._address())
+            return
+        if fid in state.removed_frameworks:
+            # Its tasks were killed when it was removed; letting it back in under the
+            # same id would make them vanish without a word. It must register anew.
+            scheduler.error(f"framework {fid} was removed ({state.removed_frameworks[fid]}); "
+                            "register without a framework id to start again")
+            return
+        record = self.frameworks.register(conn, framework, self._address())
+        conn.tag = FrameworkTag(record.id)
+
+    def unregister_framework(self, conn: Any, framework_id: str) -> None:
+        record = self._framework_of(conn, framework_id, "unregister_framework")
+        if record is not None:
+            self.frameworks.remove(record, "unregistered by its scheduler")
+            conn.tag = None
+
+    def set_needs_offers(self, conn: Any, framework_id: str, needs_offers: bool) -> None:
+        record = self._framework_of(conn, framework_id, "set_needs_offers")
+        if record is not None:
+            self.frameworks.set_needs_offers(record, bool(needs_offers))
+
+    def set_filters(self, conn: Any, framework_id: str, filters: FrameworkFilters | None) -> None:
+        record = self._framework_of(conn, framework_id, "set_filters")
+        if record is None:
+            return
+        agents = getattr(filters, "agents", None)
+        if agents is not None and not all(isinstance(a, str) for a in agents):
+            conn.remote(SCHEDULER).error("set_filters: agents must be a list of agent ids or hostnames")
+            return
+        try:
+            min_free = Resources.of(filters.min_free) if getattr(filters, "min_free", None) is not None else None
+        except InvalidResources as exc:
+            conn.remote(SCHEDULER).error(f"set_filters: min_free: {exc}")
+            return
+        self.frameworks.set_filters(record, frozenset(agents) if agents is not None else None, min_free)
+
+    def request_guaranteed_share(self, conn: Any, framework_id: str, request_id: int) -> None:
+        record = self._framework_of(conn, framework_id, "request_guaranteed_share")
+        if record is not None:
+            conn.remote(SCHEDULER).guaranteed_share(request_id, self.state.allocator.guaranteed_share(framework_id))
+
+    # -- offers and tasks -----------------------------------------------------------------
+
+    def launch_tasks(self, conn: Any, framework_id: str, offer_ids: list[str], tasks: list[TaskInfo],
+                     filters: Filters | None) -> None:
+        record = self._framework_of(conn, framework_id, "launch_tasks")
+        if record is not None:
+            self.tasks.launch(record, offer_ids, tasks, filters)
+
+    def decline_offer(self, conn: Any, framework_id: str, offer_ids: list[str], filters: Filters | None) -> None:
+        record = self._framework_of(conn, framework_id, "decline_offer")
+        if record is None:
+            return
+        state = self.state
+        refuse = state.refuse_seconds(filters)
+        for oid in offer_ids:
+            offer = record.offers.get(oid)
+            if offer is None:
+                log.info("decline of unknown offer ignored", framework=framework_id, offer=oid)
+                continue
+            state.return_offer(offer, refuse)
+        state.request_allocation()
+
+    def kill_task(self, conn: Any, framework_id: str, task_id: str) -> None:
+        record = self._framework_of(conn, framework_id, "kill_task")
+        if record is not None:
+            self.tasks.kill(record, task_id)
+
+    def acknowledge_status_update(self, conn: Any, framework_id: str, agent_id: str, task_id: str,
+                                  uuid_: str) -> None:
+        record = self._framework_of(conn, framework_id, "acknowledge_status_update")
+        if record is not None:
+            self.tasks.acknowledge(record, agent_id, task_id, uuid_)
+
+    def reconcile_tasks(self, conn: Any, framework_id: str, statuses: list[TaskStatus]) -> None:
+        record = self._framework_of(conn, framework_id, "reconcile_tasks")
+        if record is not None:
+            self.tasks.reconcile(record, statuses)
+
+    def framework_to_executor(self, conn: Any, framework_id: str, agent_id: str, executor_id: str,
+                              data: bytes) -> None:
+        record = self._framework_of(conn, framework_id, "framework_to_executor")
+        if record is not None:
+            self.tasks.framework_to_executor(record, agent_id, executor_id, data)
+
+    # -- agents -----------------------------------------------------------------------
+
+    def _check_agent(self, conn: Any, agent: AgentInfo, call: str) -> Resources | None:
+        """The agent's total resources, once its info is sound; else answer an error."""
+        remote = conn.remote(AGENT)
+        if isinstance(conn.tag, FrameworkTag):
+            remote.error(f"{call}: this connection belongs to a framework")
+            return None
+        if not isinstance(agent, AgentInfo) or not isinstance(agent.hostname, str) or not agent.hostname:
+            remote.error(f"{call}: AgentInfo.hostname is required")
+            return None
+        if not isinstance(agent.port, int) or not 0 < agent.port < 65536:
+            remote.error(f"{call}: AgentInfo.port {agent.port!r} is not a valid port")
+            return None
+        try:
+            total = Resources.of(agent.resources)
+        except InvalidResources as exc:
+            remote.error(f"{call}: resources: {exc}")
+            return None
+        if not total:
+            remote.error(f"{call}: the agent offers no resources")
+            return None
+        agent.resources = total
+        agent.attributes = {str(k): str(v) for k, v in (agent.attributes or {}).items()}
+        return total
+
+    def register_agent(self, conn: Any, agent: AgentInfo) -> None:
+        total = self._check_agent(conn, agent, "register_agent")
+        if total is not None:
+            record = self.agents.register(conn, agent, total)
+            self._attach_agent(conn, record.id)
+
+    def reregister_agent(self, conn: Any, agent: AgentInfo, tasks: list[RunningTask],
+                         executors: list[ExecutorInfo], frameworks: Sequence[FrameworkInfo] = ()) -> None:
+        total = self._check_agent(conn, agent, "reregister_agent")
+        if total is None:
+            return
+        aid = agent.agent_id
+        if not isinstance(aid, str) or not aid:
+            conn.remote(AGENT).error("reregister_agent: agent_id is required")
+            return
+        known = self.state.agents.get(aid)
+        if known is not None and known.conn is not None and known.conn is not conn:
+            # The agent moved to a new connection: the old one no longer speaks for it.
+            self._detach_agent(known.conn, aid)
+        if self.agents.reregister(conn, agent, total, tasks, executors, frameworks):
+            self._attach_agent(conn, aid)
+
+    def status_update(self, conn: Any, status: TaskStatus) -> None:
+        if not isinstance(status, TaskStatus):
+            self._agent_of(conn, "status_update")  # logs who sent it
+            return
+        agent = self._agent_of(conn, "status_update", status.agent_id or "")
+        if agent is not None:
+            status.agent_id = agent.id
+            self.tasks.status_update(agent, status)
+
+    def executor_exited(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
+                        exit_status: int, message: str) -> None:
+        agent = self._agent_of(conn, "executor_exited", agent_id)
+        if agent is not None:
+            self.agents.executor_exited(agent, framework_id, executor_id, exit_status, message)
+
+    def executor_to_framework(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
+                              data: bytes) -> None:
+        agent = self._agent_of(conn, "executor_to_framework", agent_id)
+        record = self.state.frameworks.get(framework_id)
+        if agent is not None and record is not None and record.conn is not None:
+            self.state.outbox.scheduler(record.conn).framework_message(agent.id, executor_id, data)
+
+    def container_statistics(self, conn: Any, agent_id: str, statistics_json: str) -> None:
+        """An agent's latest container usage (see :mod:`mezzo.agent.statistics`), kept for
+        ``mezzo state``. Anything but a JSON list is logged and dropped."""
+        agent = self._agent_of(conn, "container_statistics", agent_id)
+        if agent is None:
+            return
+        try:
+            stats = json.loads(statistics_json or "[]")
+        except ValueError as exc:
+            log.warning("container statistics are not JSON; dropped", agent=agent.id, error=str(exc))
+            return
+        if not isinstance(stats, list):
+            log.warning("container statistics are not a list; dropped", agent=agent.id)
+            return
+        agent.statistics = stats
+
+    def pong(self, conn: Any) -> None:
+        """An agent answered a ping. Nothing to do: any message counts as a sign of
+        life (``conn.last_received``), see :mod:`.health`."""
+
+    def agent_link_silent(self, conn: Any, silent: float) -> None:
+        """Nothing came from ``conn`` for ``silent`` seconds: its agents are lost."""
+        tag = conn.tag
+        for agent_id in sorted(tag.agent_ids) if isinstance(tag, AgentTag) else ():
+            agent = self.state.agents.get(agent_id)
+            if agent is not None and agent.conn is conn:
+                self.agents.remove(agent, f"no answer to pings for {silent:.1f} s")
+        conn.tag = None
+        self.agent_links.discard(conn)
+        conn.close()
+
+    # -- connections -------------------------------------------------------------------
+
+    def connection_lost(self, conn: Any) -> None:
+        tag = conn.tag
+        if isinstance(tag, FrameworkTag):
+            record = self.state.frameworks.get(tag.framework_id)
+            if record is not None and record.conn is conn:
+                self.frameworks.disconnected(record)
+        elif isinstance(tag, AgentTag):
+            self.agent_links.discard(conn)
+            for agent_id in list(tag.agent_ids):
+                agent = self.state.agents.get(agent_id)
+                if agent is not None and agent.conn is conn:
+                    self.agents.disconnected(agent)
+
+    def agents_connected(self) -> int:
+        """Agents on live connections (metrics): O(agent connections), not O(agents)."""
+        return sum(len(c.tag.agent_ids) for c in self.agent_links if isinstance(c.tag, AgentTag))
+
+    # -- tools --------------------------------------------------------------------------
+
+    def request_state(self, conn: Any, request_id: int) -> None:
+        self._render_state(lambda text: conn.remote(TOOL).state(request_id, text))
+
+    def request_metrics(self, conn: Any, request_id: int) -> None:
+        conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))

@@ -1,0 +1,287 @@
+"""The cluster state of one leadership term: records, offers, refusals, and the
+accounting that keeps them and the allocator in step.
+
+What the master knows is soft state (paper §3.6): agents, frameworks, their tasks
+and executors, outstanding offers, refuse filters. :class:`ClusterState` holds it
+and keeps one invariant through every change:
+
+    **every resource of every agent is in exactly one place**: the agent's free
+    pool, an outstanding offer, a task, or an executor; and the allocator has been
+    told (``allocated`` / ``recovered``) of every move into or out of a framework's
+    hands.
+
+The primitives below (:meth:`free_up`, :meth:`return_offer`, :meth:`release_task`,
+:meth:`release_executor`, ...) are the only code that moves resources; the
+lifecycles of frameworks (:mod:`.framework_lifecycle`), agents
+(:mod:`.agent_lifecycle`) and tasks (:mod:`.task_lifecycle`) and the allocation
+cycle (:mod:`.allocation`) are built from them.
+
+The state owns no event loop and no connection: time and timers come from a
+:class:`~.ports.Clock`, messages go out through an :class:`~.ports.Outbox`
+(see :mod:`.ports`). Everything runs on one thread, so nothing here locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from ..resources import Resources
+from ..wire.ttypes import Filters, TaskStatus
+from . import long_tasks
+from .offers import OfferBook
+from .records import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+from .refusals import RefuseFilters
+
+if TYPE_CHECKING:
+    from ..config import MasterConfig
+    from ..hookspecs import OfferFilter
+    from ..plugin_guard import PluginGuard
+    from ..plugins import Observers
+    from .guarded_allocator import GuardedAllocator
+    from .ports import Clock, Outbox
+    from .registry import MemoryRegistry, ZkRegistry
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+COMPLETED_TASKS_KEPT = 1000
+"""Ended tasks the state remembers (newest last), for reconciliation and ``mezzo state``."""
+
+REMEMBER_REMOVED_FRAMEWORKS = 10_000
+"""How many removed framework ids the state remembers, to refuse their return."""
+
+
+class TaskWatcher(Protocol):
+    """Something that follows tasks as they start and end (revocation, the
+    short-task limit). Called synchronously from inside state changes: cheap, and
+    must not change the state itself."""
+
+    def task_started(self, task: TaskRecord) -> None: ...
+
+    def task_ended(self, task: TaskRecord, agent: AgentRecord | None) -> None: ...
+
+    def launched(self, framework_id: str) -> None: ...
+
+
+class ClusterState:
+    """Everything one leadership term of the master knows. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        master_id: str,
+        config: MasterConfig,
+        allocator: GuardedAllocator,
+        offer_filters: list[OfferFilter],
+        builtin_filters: list[OfferFilter],
+        registry: MemoryRegistry | ZkRegistry,
+        observe: Observers,
+        guard: PluginGuard,
+        clock: Clock,
+        outbox: Outbox,
+        min_offer: Resources | None = None,
+    ) -> None:
+        self.id = master_id
+        """This term's master id: the prefix of every id it hands out."""
+        self.config = config
+        self.allocator = allocator
+        self.offer_filters = offer_filters
+        """Configured offer filter components, in ``master.offer_filters`` order."""
+        self.builtin_filters = builtin_filters
+        """The paper's two framework filters (``set_filters``), applied first."""
+        self.registry = registry
+        self.observe = observe
+        self.guard = guard
+        self.clock = clock
+        self.outbox = outbox
+        self.min_offer = min_offer
+        """``master.min_offer`` (None = off); each agent holds it capped by its total."""
+        self.now: Callable[[], float] = clock.now
+
+        self.frameworks: dict[str, FrameworkRecord] = {}
+        self.agents: dict[str, AgentRecord] = {}
+        self.offerable: dict[str, AgentRecord] = {}
+        """Agents connected and with something free, kept by the records themselves."""
+        self.offer_book = OfferBook(master_id, config.offer_timeout)
+        self.refusals = RefuseFilters()
+        self.completed_tasks: deque[TaskRecord] = deque(maxlen=COMPLETED_TASKS_KEPT)
+        self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
+        """Ids of frameworks removed in this term, with why (bounded)."""
+        self.orphans: dict[str, list[tuple[AgentRecord, TaskRecord | tuple[str, str]]]] = {}
+        """Tasks and executor keys agents reported for frameworks not known yet, by
+        framework id, so that a framework coming back need not scan every agent."""
+        self.watchers: list[TaskWatcher] = []
+        self.request_allocation: Callable[..., None] = _no_allocation
+        """``request_allocation(prompt=False)``: ask for an allocation cycle soon
+        (wired by the master to its :class:`~.allocation_timer.AllocationTimer`);
+        ``prompt`` for resources a task's end freed."""
+        self._framework_ids = itertools.count(0)
+        self._agent_ids = itertools.count(0)
+
+    # -- ids -------------------------------------------------------------------
+
+    def new_framework_id(self) -> str:
+        return f"{self.id}-{next(self._framework_ids):04d}"
+
+    def new_agent_id(self) -> str:
+        return f"{self.id}-S{next(self._agent_ids)}"
+
+    # -- moving resources --------------------------------------------------------
+
+    def free_up(self, agent: AgentRecord, resources: Resources) -> None:
+        """Put ``resources`` back in the agent's free pool; refusals that no longer
+        cover the pool lapse (the invariant of :mod:`.refusals`)."""
+        if resources:
+            agent.free = agent.free + resources
+            self.refusals.free_grew(agent.id, agent.free)
+
+    def give_back(self, framework: FrameworkRecord | None, agent: AgentRecord | None, resources: Resources,
+                  refuse_seconds: float) -> None:
+        """``resources`` leave ``framework``'s hands for ``agent``'s free pool, refused
+        to the framework for ``refuse_seconds`` (declined, or unused of an offer)."""
+        if framework is not None:
+            self.allocator.recovered(framework.id, resources)
+        if agent is not None and resources:
+            self.free_up(agent, resources)
+            if framework is not None and refuse_seconds > 0:
+                self.refusals.add(framework.id, agent.id, resources, self.now() + refuse_seconds, agent.free)
+
+    def return_offer(self, offer: OfferRecord, refuse_seconds: float = 0.0) -> None:
+        """Take ``offer`` off the book and give all of it back (see :meth:`give_back`)."""
+        framework = self.frameworks.get(offer.framework_id)
+        agent = self.agents.get(offer.agent_id)
+        self.offer_book.remove(offer, framework, agent)
+        self.give_back(framework, agent, offer.resources, refuse_seconds)
+
+    def rescind_offers(self, offers: list[OfferRecord], *, notify: bool, refuse_seconds: float = 0.0) -> None:
+        """Withdraw ``offers``; their frameworks hear ``offer_rescinded`` if ``notify``."""
+        for offer in offers:
+            self.return_offer(offer, refuse_seconds)
+            framework = self.frameworks.get(offer.framework_id)
+            if notify and framework is not None and framework.conn is not None:
+                self.outbox.scheduler(framework.conn).offer_rescinded(offer.id)
+        if offers:
+            self.request_allocation()
+
+    def expire_offers(self, now: float) -> None:
+        """Rescind the offers older than ``master.offer_timeout``."""
+        expired = self.offer_book.expired(now)
+        if not expired:
+            return
+        for offer in expired:
+            log.info("offer rescinded: timeout", framework=offer.framework_id, agent=offer.agent_id,
+                        offer=offer.id, timeout=self.config.offer_timeout)
+        # A framework that sat on an offer is treated as having declined it, so the
+        # re-offer goes to someone else first (hoarding was a top Mesos complaint).
+        self.rescind_offers(expired, notify=True, refuse_seconds=self.config.refuse_seconds)
+
+    def refuse_seconds(self, filters: Filters | None) -> float:
+        """How long a decline or an unused remainder is refused: the framework's
+        ``Filters.refuse_seconds`` when it is a number >= 0, else ``master.refuse_seconds``."""
+        value = getattr(filters, "refuse_seconds", None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and not math.isnan(value):
+            return float(value)
+        return self.config.refuse_seconds
+
+    def add_task(self, agent: AgentRecord, task: TaskRecord) -> None:
+        """Record ``task`` as running on ``agent``, whose pool it was taken from already
+        (from an offer, or from what the agent reported). Its framework's side is
+        the caller's: the framework may not be known yet (see :attr:`orphans`)."""
+        agent.tasks[(task.framework_id, task.id)] = task
+        long_tasks.task_started(agent, task)
+        for watcher in self.watchers:
+            watcher.task_started(task)
+
+    def release_task(self, task: TaskRecord, agent: AgentRecord | None) -> None:
+        """Free a task's resources: it ended, or its framework or agent went away."""
+        framework = self.frameworks.get(task.framework_id)
+        if framework is not None:
+            framework.tasks.pop(task.id, None)
+            self.allocator.recovered(task.framework_id, task.resources)
+        if agent is not None and agent.tasks.pop((task.framework_id, task.id), None) is not None:
+            long_tasks.task_released(agent, task)
+            self.free_up(agent, task.resources)
+
+    def end_task(self, task: TaskRecord, agent: AgentRecord | None, state: int, reason: str, message: str) -> None:
+        """The master ends ``task`` itself (its agent or framework went away): release
+        it and remember how it ended."""
+        self.release_task(task, agent)
+        task.state, task.reason, task.message = state, reason, message
+        self.completed_tasks.append(task)
+
+    def release_executor(self, agent: AgentRecord, key: tuple[str, str]) -> None:
+        """An executor is gone: what it held goes back to the agent's pool."""
+        executor = agent.executors.pop(key, None)
+        if executor is None:
+            return
+        resources = Resources.of(executor.resources)
+        self.free_up(agent, resources)
+        if key[0] in self.frameworks:
+            self.allocator.recovered(key[0], resources)
+
+    # -- telling frameworks ------------------------------------------------------
+
+    def tell_status(self, framework: FrameworkRecord, status: TaskStatus) -> None:
+        """Send ``status`` to the framework's scheduler, or hold it until one connects."""
+        if framework.conn is not None:
+            self.outbox.scheduler(framework.conn).status_update(status)
+        else:
+            framework.held_updates[status.uuid or f"master:{status.task_id}"] = status
+
+    def tell_agent_lost(self, agent_id: str) -> None:
+        """Every connected framework hears that ``agent_id`` is gone."""
+        for framework in self.frameworks.values():
+            if framework.conn is not None:
+                self.outbox.scheduler(framework.conn).agent_lost(agent_id)
+
+    def master_status(self, task: TaskRecord, state: int, reason: str, message: str) -> TaskStatus:
+        """A status update the master itself sends about ``task``."""
+        return TaskStatus(task_id=task.id, state=state, reason=reason, message=message, source="master",
+                          agent_id=task.agent_id, executor_id=task.executor_id,
+                          framework_id=task.framework_id, timestamp=time.time())
+
+    def forget_framework(self, framework_id: str, reason: str) -> None:
+        """Remember that ``framework_id`` was removed, so it cannot come back (bounded)."""
+        self.removed_frameworks[framework_id] = reason
+        if len(self.removed_frameworks) > REMEMBER_REMOVED_FRAMEWORKS:
+            self.removed_frameworks.popitem(last=False)
+
+    # -- the term's end ----------------------------------------------------------------
+
+    def links(self) -> Iterator[Any]:
+        """The links of every connected framework and agent (each once)."""
+        seen: set[int] = set()
+        for record in [*self.frameworks.values(), *self.agents.values()]:
+            link = record.conn
+            if link is not None and id(link) not in seen:
+                seen.add(id(link))
+                yield link
+
+    def cancel_timers(self) -> None:
+        """Cancel the timers the records hold (failover and re-registration deadlines)."""
+        for framework in self.frameworks.values():
+            if framework.failover_handle is not None:
+                framework.failover_handle.cancel()
+                framework.failover_handle = None
+        for agent in self.agents.values():
+            if agent.removal_handle is not None:
+                agent.removal_handle.cancel()
+                agent.removal_handle = None
+
+    # -- counts (metrics) ------------------------------------------------------------
+
+    def tasks_running(self) -> int:
+        return sum(len(f.tasks) for f in self.frameworks.values())
+
+    def frameworks_connected(self) -> int:
+        return sum(1 for f in self.frameworks.values() if f.conn is not None)
+
+
+def _no_allocation(*, prompt: bool = False) -> None:
+    return None

@@ -1,0 +1,200 @@
+"""Tasks through the master: launch, kill, status updates, acknowledgements, reconciliation.
+
+Launch validation itself is :func:`.launch.check_launch` (pure); this module
+applies its outcome: the offers are consumed, what the accepted tasks do not use
+goes back with the framework's refuse filter, the tasks go to their agent and the
+rejected ones are answered with their reasons. Status updates flow from agents to
+schedulers through here, and a task's terminal update frees what it held.
+
+Callers (:mod:`.service`) have checked who is calling.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from .. import is_terminal, state_name
+from ..resources import Resources
+from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
+from . import launch as launch_rules
+from .records import AgentRecord, FrameworkRecord, TaskRecord
+from .registry import REFUSE
+
+if TYPE_CHECKING:
+    from .recovery import Recovery
+    from .state import ClusterState
+
+log = structlog.get_logger("mezzo.master", component="master")
+
+TASK_UNKNOWN = "task_unknown"
+"""``TaskStatus.reason`` of the answer to a kill of a task the master does not know."""
+
+
+class TaskLifecycle:
+    """Task launch, kill, status and reconciliation over one :class:`ClusterState`."""
+
+    def __init__(self, state: ClusterState, recovery: Recovery) -> None:
+        self.state = state
+        self.recovery = recovery
+
+    def launch(self, record: FrameworkRecord, offer_ids: list[str], tasks: list[TaskInfo],
+               filters: Filters | None) -> None:
+        """The framework answered ``offer_ids`` with ``tasks`` (the paper's replyToOffer)."""
+        state = self.state
+        plan = launch_rules.check_launch(record, offer_ids, tasks, state.offer_book.offers, state.agents)
+        scheduler = state.outbox.scheduler(record.conn)
+        for status in plan.rejected:
+            status.timestamp = time.time()
+            log.info("task rejected", framework=record.id, task=status.task_id,
+                     state=state_name(status.state), reason=status.reason, message=status.message)
+            state.observe.mezzo_task_status(framework_id=record.id, status=status)
+            scheduler.status_update(status)
+        agent = plan.agent
+        # The offers are consumed: what the accepted tasks use stays allocated to
+        # the framework, the rest goes back with the framework's refuse filter.
+        refuse = state.refuse_seconds(filters)
+        for offer in plan.offers:
+            on = state.agents.get(offer.agent_id)
+            state.offer_book.remove(offer, record, on)
+            if agent is None:  # dropped launch: the whole offer comes back
+                state.give_back(record, on, offer.resources, refuse)
+        if agent is None:
+            state.request_allocation()
+            return
+        unused = plan.offered - plan.used
+        if unused:
+            state.give_back(record, agent, unused, refuse)
+        for accepted in plan.accepted:
+            self._start(record, agent, accepted)
+        if plan.accepted:
+            for watcher in state.watchers:
+                watcher.launched(record.id)
+        state.request_allocation()
+
+    def _start(self, record: FrameworkRecord, agent: AgentRecord, accepted: launch_rules.Accepted) -> None:
+        task = accepted.task
+        task.resources = accepted.resources
+        if task.executor is not None:
+            task.executor.framework_id = record.id
+            task.executor.resources = Resources.of(task.executor.resources)
+            if accepted.executor_resources is not None:
+                agent.executors[(record.id, task.executor.executor_id)] = task.executor
+        tr = TaskRecord(framework_id=record.id, agent_id=agent.id, info=task, resources=accepted.resources)
+        record.tasks[task.task_id] = tr
+        self.state.add_task(agent, tr)
+        log.info("launching task", framework=record.id, agent=agent.id, task=task.task_id,
+                 resources=accepted.resources)  # rendered only if logged
+        self.state.outbox.agent(agent.conn).run_task(record.info, task)
+
+    def kill(self, record: FrameworkRecord, task_id: str) -> None:
+        """The framework asks to kill ``task_id``: sent to its agent now, or when the
+        agent re-registers; a task the master does not know is answered TASK_LOST,
+        reason :data:`TASK_UNKNOWN`."""
+        state = self.state
+        task = record.tasks.get(task_id)
+        agent = state.agents.get(task.agent_id) if task is not None else None
+        if task is None or agent is None:
+            state.outbox.scheduler(record.conn).status_update(TaskStatus(
+                task_id=task_id, state=TaskState.TASK_LOST, reason=TASK_UNKNOWN,
+                message="kill_task: the master knows no such running task",
+                source="master", framework_id=record.id, timestamp=time.time(),
+            ))
+            return
+        task.kill_requested = True
+        if agent.conn is None:
+            # Sent when the agent re-registers (or moot if it is declared lost).
+            log.info("kill deferred: agent disconnected", framework=record.id, task=task_id, agent=agent.id)
+            agent.pending_kills.add((record.id, task_id))
+            return
+        log.info("killing task", framework=record.id, task=task_id, agent=agent.id)
+        state.outbox.agent(agent.conn).kill_task(record.id, task_id)
+
+    def status_update(self, agent: AgentRecord, status: TaskStatus) -> None:
+        """An update from ``agent`` (the caller stamped ``status.agent_id`` with it):
+        recorded, a terminal one frees what the task held, and it goes on to the
+        framework's scheduler (held while none is connected). An update for a
+        framework that is gone is acknowledged here, so the agent stops retrying it."""
+        state = self.state
+        fid = status.framework_id
+        record = state.frameworks.get(fid)
+        task = agent.tasks.get((fid, status.task_id))
+        if task is not None and isinstance(status.state, int):
+            task.state = status.state
+            task.message = status.message or ""
+            task.reason = status.reason or ""
+            task.updated_at = time.time()
+            if is_terminal(status.state):
+                state.release_task(task, agent)
+                for watcher in state.watchers:
+                    watcher.task_ended(task, agent)
+                state.completed_tasks.append(task)
+                state.request_allocation(prompt=True)
+        state.observe.mezzo_task_status(framework_id=fid, status=status)
+        if record is None:
+            if status.uuid:
+                state.outbox.agent(agent.conn).status_update_acknowledged(fid, status.task_id, status.uuid)
+            return
+        state.tell_status(record, status)
+
+    def acknowledge(self, record: FrameworkRecord, agent_id: str, task_id: str, uuid: str) -> None:
+        """The scheduler acknowledged an update: the agent that sent it may forget it."""
+        agent = self.state.agents.get(agent_id)
+        if agent is not None and agent.conn is not None:
+            self.state.outbox.agent(agent.conn).status_update_acknowledged(record.id, task_id, uuid)
+
+    def framework_to_executor(self, record: FrameworkRecord, agent_id: str, executor_id: str, data: bytes) -> None:
+        agent = self.state.agents.get(agent_id)
+        if agent is not None and agent.conn is not None:
+            self.state.outbox.agent(agent.conn).framework_to_executor(record.id, executor_id, data)
+
+    def reconcile(self, record: FrameworkRecord, statuses: list[TaskStatus]) -> None:
+        """Answer the latest state this master knows of each task named in
+        ``statuses`` (every task of the framework when it is empty). After a
+        failover "unknown" may only mean "its agent has not re-registered yet", so
+        the answer waits until recovery is over."""
+        if not self.recovery.defer(lambda: self._reconcile(record, statuses)):
+            self._reconcile(record, statuses)
+
+    def _reconcile(self, record: FrameworkRecord, statuses: list[TaskStatus]) -> None:
+        state = self.state
+        if state.frameworks.get(record.id) is not record or record.conn is None:
+            return  # gone, or disconnected, while the answer waited
+        framework_id = record.id
+        scheduler = state.outbox.scheduler(record.conn)
+        wanted = [s.task_id for s in statuses] or list(record.tasks)
+        # One pass over each input: the agent each status names, and the latest end
+        # of each of the framework's completed tasks.
+        named_agent = {s.task_id: s.agent_id for s in statuses}
+        ended = {t.id: t for t in state.completed_tasks if t.framework_id == framework_id}
+        for tid in wanted:
+            task = record.tasks.get(tid) or ended.get(tid)
+            if task is None:
+                scheduler.status_update(self._unknown_task_status(framework_id, tid, named_agent.get(tid, "")))
+                continue
+            scheduler.status_update(TaskStatus(
+                task_id=tid, state=task.state, reason="reconciliation", message=task.message,
+                source="master", agent_id=task.agent_id, executor_id=task.executor_id,
+                framework_id=framework_id, timestamp=time.time()))
+
+    def _unknown_task_status(self, framework_id: str, task_id: str, agent_id: str) -> TaskStatus:
+        """The answer for a task this master has no record of, from what it knows of
+        the agent the framework names (as Apache Mesos answers):
+
+        - the agent is registered here and does not hold the task: it never got
+          there (a launch lost with a failed master) or is long gone, TASK_DROPPED;
+        - the agent was declared lost: TASK_LOST;
+        - otherwise (no agent named, or one this master has not heard from):
+          TASK_UNKNOWN, which is not terminal.
+        """
+        state = self.state
+        task_state, message = TaskState.TASK_UNKNOWN, "the master knows no such task"
+        if agent_id in state.agents:
+            task_state, message = TaskState.TASK_DROPPED, f"agent {agent_id} does not hold this task"
+        elif agent_id and state.registry.verdict(agent_id) == REFUSE:
+            task_state, message = TaskState.TASK_LOST, f"agent {agent_id} was declared lost"
+        return TaskStatus(task_id=task_id, state=task_state, reason="reconciliation", message=message,
+                          source="master", agent_id=agent_id, framework_id=framework_id,
+                          timestamp=time.time())
