@@ -113,24 +113,32 @@ def mezzo_leader_elected(master: str) -> None:
 
 
 class Component:
-    """Base of all components. Subclasses set ``name`` (the TOML name)."""
+    """Base of all components. Subclasses set ``name`` (the TOML name) and declare
+    the settings their TOML table may hold in ``known_settings``."""
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
     description: ClassVar[str] = ""
     """One line shown by ``mezzo plugins``."""
+    known_settings: ClassVar[tuple[str, ...]] = ()
+    """The names the component's settings table may hold, in the order error messages
+    list them. Anything else is refused by :meth:`__init__` before the component reads
+    its settings."""
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
-        """Validate ``settings`` (the component's TOML table, possibly empty).
+        """Check ``settings`` (the component's TOML table, possibly empty) against
+        :attr:`known_settings`.
 
-        ``key`` is the dotted TOML key of that table (e.g. ``master.allocator.drf``):
-        raise :class:`mezzo.errors.ConfigError` with ``f"{key}.<setting>"`` for any
-        unknown or invalid setting. The base implementation accepts no settings.
+        ``key`` is the dotted TOML key of that table (e.g. ``master.allocator.drf``).
+        A table that is not a table, or a setting not in :attr:`known_settings`, raises
+        :class:`mezzo.errors.ConfigError` naming the key. A subclass calls this first,
+        then reads its settings and raises ``ConfigError`` on ``f"{key}.<setting>"`` for
+        an invalid value (:mod:`mezzo.setting_checks` has the helpers).
         """
-        for k in settings:
-            from .errors import ConfigError
+        from .setting_checks import expect_table, reject_unknown
 
-            raise ConfigError(f"{key}.{k}", f"unknown setting for {self.kind} {self.name!r}")
+        expect_table(settings, key, "a table")
+        reject_unknown(settings, key, self.known_settings, owner=f"{self.kind} {self.name!r}")
 
 
 class AllocationCycle(abc.ABC):

@@ -2,7 +2,7 @@
 
 Usage (inside a component's ``__init__``, ``key`` being its table's dotted key)::
 
-    expect_table(settings, key, "a table")
+    expect_table(settings, key, "a table")  # a nested table of the component's
     reject_unknown(settings, key, ("roles", "frameworks"))
     raise ConfigError(subkey(key, "roles"), f"expected a table, got {kind_of(value)}")
 
@@ -47,8 +47,14 @@ def expect_table(value: Any, key: str, what: str) -> Mapping[str, Any]:
     return value
 
 
-def reject_unknown(settings: Mapping[str, Any], key: str, known: tuple[str, ...]) -> None:
-    """ConfigError on the first setting of ``settings`` not in ``known``."""
+def reject_unknown(settings: Mapping[str, Any], key: str, known: tuple[str, ...], *, owner: str = "") -> None:
+    """ConfigError on the first setting of ``settings`` not in ``known``; ``owner``
+    (e.g. ``isolator 'lxc'``) is named in the message when given.
+
+    Components need not call this: :class:`mezzo.hookspecs.Component` checks their
+    ``known_settings``. It is for nested tables of their own."""
     for name in settings:
         if name not in known:
-            raise ConfigError(subkey(key, str(name)), f"unknown setting (known: {', '.join(known)})")
+            where = f" for {owner}" if owner else ""
+            listed = f"known: {', '.join(known)}" if known else "it takes no settings"
+            raise ConfigError(subkey(key, str(name)), f"unknown setting{where} ({listed})")

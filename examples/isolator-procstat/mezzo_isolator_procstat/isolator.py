@@ -27,14 +27,15 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 class ProcStatIsolator(Isolator):
     name = "example/procstat"
     description = "example: CPU and memory of each container from /proc, and an optional run-time limit"
+    known_settings = ("max_seconds",)
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
+        super().__init__(settings, key=key)  # refuses settings not in known_settings
         self.max_seconds: float | None = None
-        for k, v in settings.items():
-            if k != "max_seconds":
-                raise ConfigError(f"{key}.{k}", f"unknown setting for isolator {self.name!r} (known: max_seconds)")
+        if "max_seconds" in settings:
+            v = settings["max_seconds"]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(f"{key}.{k}", f"expected a number of seconds > 0, got {v!r}")
+                raise ConfigError(f"{key}.max_seconds", f"expected a number of seconds > 0, got {v!r}")
             self.max_seconds = float(v)
 
     async def isolate(self, container: Container) -> None:

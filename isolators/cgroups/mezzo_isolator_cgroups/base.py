@@ -34,7 +34,6 @@ import structlog
 
 from mezzo.hookspecs import Container, Isolator
 from mezzo.resources import Resources
-from mezzo.setting_checks import reject_unknown
 
 from . import v1
 from .settings import cgroup_root
@@ -54,10 +53,15 @@ class CgroupIsolator(Isolator):
     destroy_timeout = 5.0
     """Seconds that cleanup waits for killed processes to leave a cgroup."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Every cgroups isolator takes ``root``; the component contract checks the rest.
+        super().__init_subclass__(**kwargs)
+        cls.known_settings = ("root", *cls.SETTINGS)
+
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
         # Settings first, so that a bad table is reported as such on any machine;
         # then whether this machine can run the isolator at all.
-        reject_unknown(settings, key, ("root", *self.SETTINGS))
+        super().__init__(settings, key=key)
         self.root = cgroup_root(settings, key)
         self.parse(settings, key)
         try:

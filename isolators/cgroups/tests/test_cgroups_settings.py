@@ -24,7 +24,7 @@ MEM = "agent.isolators.cgroups/mem"
             CPU,
             {"shares": 2},
             "shares",
-            "unknown setting (known: root, cfs_quota, cfs_period_us)",
+            "unknown setting for isolator 'cgroups/cpu' (known: root, cfs_quota, cfs_period_us)",
         ),
         (CpuIsolator, CPU, {"cfs_quota": "yes"}, "cfs_quota", "expected true or false"),
         (CpuIsolator, CPU, {"cfs_period_us": 999}, "cfs_period_us", "from 1000 to 1000000"),
@@ -41,7 +41,7 @@ MEM = "agent.isolators.cgroups/mem"
             MEM,
             {"cfs_quota": True},
             "cfs_quota",
-            "unknown setting (known: root, min_mb, limit_swap)",
+            "unknown setting for isolator 'cgroups/mem' (known: root, min_mb, limit_swap)",
         ),
     ],
 )

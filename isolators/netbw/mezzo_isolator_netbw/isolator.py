@@ -60,11 +60,10 @@ SETTINGS = ("subnet", "default_mbps", "ingress")
 class NetBandwidthIsolator(Isolator):
     name = "network/bandwidth"
     description = "own network namespace per container (veth to the host); bandwidth limited with tc HTB"
+    known_settings = SETTINGS
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
-        for setting in settings:
-            if setting not in SETTINGS:
-                raise ConfigError(f"{key}.{setting}", f"unknown setting (known: {', '.join(SETTINGS)})")
+        super().__init__(settings, key=key)
         try:
             self.subnet = Subnet(_expect(settings, "subnet", str, DEFAULT_SUBNET, key))
         except ValueError as exc:

@@ -46,7 +46,7 @@ import structlog
 
 from mezzo.hookspecs import AllocationCycle, Allocator
 from mezzo.resources import SCALE, Resources
-from mezzo.setting_checks import expect_table, reject_unknown, subkey
+from mezzo.setting_checks import subkey
 
 from .sorter import DRFSorter
 from .weights import Guarantees, Weights
@@ -62,18 +62,27 @@ SETTINGS = ("frameworks", "guarantees", "roles")
 class DRFAllocator(Allocator):
     """Weighted DRF over an incrementally sorted framework order. See the module docstring.
 
-    Extension points for subclasses: :meth:`_configure` (parse settings) and
-    :meth:`_placement` (a framework's weight and tier; lower tiers are served first).
+    Extension points for allocators built on it (``strict-priority`` and ``lottery``
+    are), public API of this package:
+
+    - :attr:`known_settings` and :meth:`configure`: the settings table and how it is read;
+    - :meth:`configure_guarantees`: reads the shared ``guarantees`` table;
+    - :meth:`placement`: a framework's weight and tier (lower tiers are served first).
+
+    Everything else (the sorter, the bookkeeping of shares and guarantees) is this
+    class's own, reached through the :class:`~mezzo.hookspecs.Allocator` methods.
     """
 
     name = "drf"
     description = "weighted Dominant Resource Fairness (weights by role or framework name)"
+    known_settings = SETTINGS
 
     guarantees: Guarantees | None = None
-    """Configured guarantees, or None for weight-proportional ones (set by :meth:`_configure`)."""
+    """Configured guarantees, or None for weight-proportional ones (set by :meth:`configure`)."""
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
-        self._configure(settings, key)
+        super().__init__(settings, key=key)
+        self.configure(settings, key)
         # Configured guarantee (a fraction of the cluster) and name of each registered
         # framework; only kept when ``guarantees`` is configured.
         self._guaranteed: dict[str, tuple[Fraction, str]] = {}
@@ -83,29 +92,32 @@ class DRFAllocator(Allocator):
         self._tier_weight: dict[int, Fraction] = {}
         self._tier_count: dict[int, int] = {}
 
-    # -- policy hooks for subclasses --------------------------------------
+    # -- extension points -------------------------------------------------
 
-    def _configure(self, settings: Mapping[str, Any], key: str) -> None:
-        """Validate this component's settings table (``key`` is its dotted TOML key)."""
-        expect_table(settings, key, "a table")
-        reject_unknown(settings, key, SETTINGS)
+    def configure(self, settings: Mapping[str, Any], key: str) -> None:
+        """Read this component's settings table (``key`` is its dotted TOML key),
+        already checked to hold only :attr:`known_settings`; raise
+        :class:`~mezzo.errors.ConfigError` naming the key of a bad value. Called once,
+        from ``__init__``, before anything else is set up."""
         self.weights = Weights.parse({k: v for k, v in settings.items() if k != "guarantees"}, key=key)
-        self._configure_guarantees(settings, key)
+        self.configure_guarantees(settings, key)
 
-    def _configure_guarantees(self, settings: Mapping[str, Any], key: str) -> None:
+    def configure_guarantees(self, settings: Mapping[str, Any], key: str) -> None:
         """Read the ``guarantees`` table, the same for every allocator built on this one
-        (subclasses with settings of their own call it from their ``_configure``)."""
+        (subclasses with settings of their own call it from their :meth:`configure`)."""
         if "guarantees" in settings:
             self.guarantees = Guarantees.parse(settings["guarantees"], key=subkey(key, "guarantees"))
 
-    def _placement(self, info: FrameworkInfo) -> tuple[float, int]:
-        """(weight, tier) of a framework: DRF puts everyone in tier 0."""
+    def placement(self, info: FrameworkInfo) -> tuple[float, int]:
+        """(weight, tier) of a framework, asked once when it registers: frameworks of a
+        lower tier are offered first, and shares compare within a tier, by weight. DRF
+        puts everyone in tier 0."""
         return self.weights.of(info), 0
 
     # -- notifications ----------------------------------------------------
 
     def add_framework(self, framework_id: str, info: FrameworkInfo) -> None:
-        weight, tier = self._placement(info)
+        weight, tier = self.placement(info)
         self._forget_placement(framework_id)
         self._placements[framework_id] = (Fraction(weight), tier)
         self._tier_weight[tier] = self._tier_weight.get(tier, Fraction(0)) + Fraction(weight)

@@ -107,3 +107,13 @@ def test_guarantees_that_do_not_fit_together_are_refused():
     assert e.key == f"{KEY}.guarantees"
     assert "sum to 1.1" in e.problem
     assert "cannot all be met at once" in e.problem
+
+
+def test_unknown_settings_are_refused_by_the_component_contract():
+    """DRF declares its settings (known_settings); the base Component refuses the rest,
+    and so does every allocator built on DRF, with its own list."""
+    e = error({"rols": {"a": 1}})
+    assert e.key == f"{KEY}.rols"
+    assert e.problem == "unknown setting for allocator 'drf' (known: frameworks, guarantees, roles)"
+    e = error(["not", "a", "table"])
+    assert e.key == KEY and "expected a table" in e.problem

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import AllocationCycle
-from mezzo.setting_checks import expect_table, kind_of, reject_unknown, subkey
+from mezzo.setting_checks import expect_table, kind_of, subkey
 from mezzo_allocator_drf import DRFAllocator, Weights
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ class LotteryAllocator(DRFAllocator):
 
     name = "lottery"
     description = "lottery scheduling: each free agent goes to a framework drawn with odds by weight"
+    known_settings = SETTINGS
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
         super().__init__(settings, key=key)
@@ -121,13 +122,11 @@ class LotteryAllocator(DRFAllocator):
         self._weights: list[float] = []
         self._cum: list[float] = []
 
-    def _configure(self, settings: Mapping[str, Any], key: str) -> None:
-        expect_table(settings, key, "a table")
-        reject_unknown(settings, key, SETTINGS)
+    def configure(self, settings: Mapping[str, Any], key: str) -> None:
         wkey = subkey(key, "weights")
         self.weights = Weights.parse(expect_table(settings.get("weights", {}), wkey, "a table"), key=wkey)
         self.seed = parse_seed(settings.get("seed"), subkey(key, "seed"))
-        self._configure_guarantees(settings, key)
+        self.configure_guarantees(settings, key)
 
     # -- notifications (the DRF bookkeeping, plus the lottery's membership) ----
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mezzo.errors import ConfigError
-from mezzo.setting_checks import expect_table, kind_of, reject_unknown, subkey
+from mezzo.setting_checks import expect_table, kind_of, subkey
 from mezzo_allocator_drf import DRFAllocator, Weights
 
 if TYPE_CHECKING:
@@ -62,10 +62,9 @@ class StrictPriorityAllocator(DRFAllocator):
 
     name = "strict-priority"
     description = "strict priority levels by role or framework name, weighted DRF within a level"
+    known_settings = SETTINGS
 
-    def _configure(self, settings: Mapping[str, Any], key: str) -> None:
-        expect_table(settings, key, "a table")
-        reject_unknown(settings, key, SETTINGS)
+    def configure(self, settings: Mapping[str, Any], key: str) -> None:
         self.default_level = parse_level(settings.get("default_level", 0), subkey(key, "default_level"))
         levels: dict[str, dict[str, int]] = {}
         for name in ("roles", "frameworks"):
@@ -74,7 +73,7 @@ class StrictPriorityAllocator(DRFAllocator):
             levels[name] = {k: parse_level(v, subkey(tkey, str(k))) for k, v in table.items()}
         self.role_levels = levels["roles"]
         self.framework_levels = levels["frameworks"]
-        self._configure_guarantees(settings, key)
+        self.configure_guarantees(settings, key)
         wkey = subkey(key, "weights")
         self.weights = Weights.parse(expect_table(settings.get("weights", {}), wkey, "a table"), key=wkey)
 
@@ -85,6 +84,6 @@ class StrictPriorityAllocator(DRFAllocator):
             level = self.role_levels.get(info.role or "*", self.default_level)
         return level
 
-    def _placement(self, info: FrameworkInfo) -> tuple[float, int]:
+    def placement(self, info: FrameworkInfo) -> tuple[float, int]:
         # The sorter serves low tiers first; negate so the highest level comes first.
         return self.weights.of(info), -self.level_of(info)

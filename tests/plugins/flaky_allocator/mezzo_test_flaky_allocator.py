@@ -11,19 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from mezzo import hookimpl
-from mezzo.errors import ConfigError
 from mezzo.hookspecs import AllocationCycle, Allocator
 
 
 class FlakyAllocator(Allocator):
     name = "flaky"
     description = "offers first-come, and raises in the cycles it is told to (tests only)"
+    known_settings = ("fail_at_offers",)
 
     def __init__(self, settings: Any, *, key: str) -> None:
-        settings = dict(settings)
-        self.fail_at_offers = set(settings.pop("fail_at_offers", []))
-        if settings:
-            raise ConfigError(f"{key}.{next(iter(settings))}", "unknown setting (known: fail_at_offers)")
+        super().__init__(settings, key=key)
+        self.fail_at_offers = set(settings.get("fail_at_offers", []))
         self.active: dict[str, None] = {}
         self.offers = 0
 
