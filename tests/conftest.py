@@ -8,23 +8,15 @@ import time
 import pytest
 
 import mezzo
-from mezzo.testing import LocalProcessCluster, wait_for  # noqa: F401  (re-exported for tests)
+from mezzo.testing import wait_for  # noqa: F401  (re-exported for tests)
 
 
 @pytest.fixture
-def make_cluster(tmp_path):
-    """``make_cluster(agents=3, master={...}, ...)`` starts a LocalProcessCluster,
-    stopped when the test ends; on failure its logs are printed."""
-    clusters: list[LocalProcessCluster] = []
-
-    def make(agents: int = 3, **kw) -> LocalProcessCluster:
-        c = LocalProcessCluster(agents, directory=str(tmp_path / f"cluster{len(clusters)}"), **kw)
-        clusters.append(c)
-        return c.start()
-
-    yield make
-    for c in clusters:
-        c.stop()
+def make_cluster(mezzo_cluster):
+    """``make_cluster(agents=3, master={...}, ...)``: the ``mezzo_cluster`` fixture of
+    mezzo's pytest plugin (a started LocalProcessCluster, stopped when the test ends),
+    under the name these tests have always used."""
+    return mezzo_cluster
 
 
 @pytest.fixture

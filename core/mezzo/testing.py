@@ -6,6 +6,11 @@
 - :class:`ZooKeeperServer`: a real standalone ZooKeeper (Debian's ``zookeeper``
   package) on a free loopback port with a throw-away data directory.
 
+In pytest they are fixtures, from the pytest plugin installed with mezzo
+(``_mezzo_pytestplugin``): ``mezzo_cluster`` starts clusters and stops them when the
+test ends, ``mezzo_zookeeper`` is a running ZooKeeperServer and
+``mezzo_scripted_cycle`` is the ScriptedCycle class.
+
 A real cluster:
 
     with LocalProcessCluster(agents=3, master={"allocation_interval": 0.01}) as cluster:

@@ -1,31 +1,26 @@
-"""A real ZooKeeper server per test, and clusters of several masters electing through it."""
+"""Clusters of several masters electing a leader through a real ZooKeeper server.
+
+The server is mezzo's ``mezzo_zookeeper`` fixture, the clusters are started with its
+``mezzo_cluster`` (both from mezzo's pytest plugin, :mod:`mezzo.testing`)."""
 
 from __future__ import annotations
 
 import pytest
-from mezzo.testing import LocalProcessCluster, ZooKeeperServer
 
 FAST = {"allocation_interval": 0.01, "zk_session_timeout": 2.0, "recovery_hold_timeout": 5.0}
 
 
 @pytest.fixture
-def zk():
-    with ZooKeeperServer() as server:
-        yield server
+def ha_cluster(mezzo_zookeeper, mezzo_cluster):
+    """``ha_cluster(agents=2, masters=3, **kwargs)``: ``masters`` masters electing through
+    the test's ZooKeeper, with short timeouts (``FAST``), and agents that reconnect fast.
+    (It asks for the ZooKeeper first so that pytest stops the clusters before it.)"""
 
-
-@pytest.fixture
-def ha_cluster(zk, tmp_path):
-    clusters = []
-
-    def make(agents: int = 2, masters: int = 3, **kw) -> LocalProcessCluster:
+    def make(agents: int = 2, masters: int = 3, **kw):
         master = {**FAST, **kw.pop("master", {})}
-        c = LocalProcessCluster(agents, masters=masters, zk=zk.url("/mezzo"), master=master,
-                                agent={"reconnect_interval": 0.1, **kw.pop("agent", {})},
-                                directory=str(tmp_path / f"cluster{len(clusters)}"), **kw)
-        clusters.append(c)
-        return c.start()
+        agent = {"reconnect_interval": 0.1, **kw.pop("agent", {})}
+        return mezzo_cluster(
+            agents, masters=masters, zk=mezzo_zookeeper.url("/mezzo"), master=master, agent=agent, **kw
+        )
 
-    yield make
-    for c in clusters:
-        c.stop()
+    return make

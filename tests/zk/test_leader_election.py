@@ -56,8 +56,8 @@ def test_zk_urls_parse_and_bad_ones_name_the_problem():
         assert err.value.key == "agent.master" and says in str(err.value), (bad, str(err.value))
 
 
-def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(zk):
-    url = zk.url("/mezzo")
+def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(mezzo_zookeeper):
+    url = mezzo_zookeeper.url("/mezzo")
     seen: list[str | None] = []
     detector = LeaderDetector(url, on_change=seen.append, session_timeout=SESSION)
     detector.start()
@@ -81,10 +81,10 @@ def test_one_leader_at_a_time_and_the_next_takes_over_when_it_leaves(zk):
         detector.stop()
 
 
-def test_a_standby_whose_connection_blinked_keeps_leading_once_elected(zk):
+def test_a_standby_whose_connection_blinked_keeps_leading_once_elected(mezzo_zookeeper):
     """A standby that lost and regained its connection while waiting in line must not
     step down the moment it wins (the failover benchmark caught it doing so)."""
-    url = zk.url("/blink")
+    url = mezzo_zookeeper.url("/blink")
     a, _ = contender(url, "10.0.0.1:5050")
     b, b_events = contender(url, "10.0.0.2:5050")
     try:
@@ -114,8 +114,8 @@ time.sleep(600)
 """
 
 
-def test_a_killed_leader_is_replaced_once_its_session_expires(zk):
-    url = zk.url("/crash")
+def test_a_killed_leader_is_replaced_once_its_session_expires(mezzo_zookeeper):
+    url = mezzo_zookeeper.url("/crash")
     proc = subprocess.Popen([sys.executable, "-c", CRASHING_LEADER, url, str(SESSION)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     standby, events = contender(url, "10.0.0.2:5050")
@@ -137,14 +137,14 @@ def test_a_killed_leader_is_replaced_once_its_session_expires(zk):
         standby.stop()
 
 
-def test_a_leader_cut_off_from_zookeeper_steps_down_at_once(zk):
-    url = zk.url("/cut")
+def test_a_leader_cut_off_from_zookeeper_steps_down_at_once(mezzo_zookeeper):
+    url = mezzo_zookeeper.url("/cut")
     leader, events = contender(url, "10.0.0.1:5050")
     try:
         leader.start()
         wait_for(lambda: leader.is_leader, 10, "election")
         cut = time.monotonic()
-        zk.stop()  # the ensemble is gone: another master may be leading elsewhere
+        mezzo_zookeeper.stop()  # the ensemble is gone: another master may be leading elsewhere
         wait_for(lambda: not leader.is_leader, 10, "the leader to step down")
         assert time.monotonic() - cut < SESSION * 2
         assert events.log[0] == "elected" and events.log[1].startswith("demoted: ZooKeeper connection")

@@ -54,27 +54,23 @@ def leftovers() -> list[str]:
 
 
 @pytest.fixture
-def lxc_cluster(lxc_host, tmp_path):
-    """``lxc_cluster(**agent_keys)``: a master and one agent with ``isolation = ["lxc"]``;
-    stopped at the end of the test, which then checks that nothing was left behind."""
-    clusters: list[LocalProcessCluster] = []
+def lxc_cluster(lxc_host, mezzo_cluster):
+    """``lxc_cluster(**agent_keys)``: a master and one agent with ``isolation = ["lxc"]``
+    (started by mezzo's ``mezzo_cluster`` fixture); stopped at the end of the test,
+    which then checks that nothing was left behind."""
 
     def make(tables=None, **agent) -> LocalProcessCluster:
         keys = {"isolation": ["lxc"], "kill_grace_period": 2.0, "statistics_interval": 0.2, **agent}
-        cluster = LocalProcessCluster(
+        return mezzo_cluster(
             1,
-            directory=str(tmp_path / f"cluster{len(clusters)}"),
             master={"allocation_interval": 0.01},
             agent=keys,
             tables=tables,
             agent_resources="cpus:2;mem:1024;disk:1000",
         )
-        clusters.append(cluster)
-        return cluster.start()
 
     yield make
-    for cluster in clusters:
-        cluster.stop()
+    mezzo_cluster.stop_all()  # before the check: what a stopped agent left behind counts
     assert leftovers() == [], "the lxc isolator left these behind"
 
 

@@ -1,7 +1,7 @@
 """Test doubles for the DRF allocator's unit tests.
 
-``fake_cycle`` is :class:`mezzo.testing.ScriptedCycle`, the allocation cycle mezzo
-ships for allocator unit tests. Handed out through fixtures so the tests work
+The allocation cycle is ``mezzo_scripted_cycle``, a fixture of mezzo's pytest plugin
+(:class:`mezzo.testing.ScriptedCycle`). Handed out through fixtures so the tests work
 under any pytest import mode.
 """
 
@@ -9,13 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mezzo.testing import ScriptedCycle
 from mezzo.wire.ttypes import FrameworkInfo
-
-
-@pytest.fixture
-def fake_cycle():
-    return ScriptedCycle
 
 
 @pytest.fixture

@@ -29,10 +29,10 @@ def free_agents(n):
     return {f"a{i}": Resources(cpus=4, mem=4096) for i in range(n)}
 
 
-def test_each_agent_goes_to_the_lowest_share_framework(fake_cycle):
+def test_each_agent_goes_to_the_lowest_share_framework(mezzo_scripted_cycle):
     a = make(frameworks=["f1", "f2", "f3"], agents=6)
     a.allocated("f1", Resources(cpus=4, mem=4096))  # f1 already holds an agent's worth
-    cycle = fake_cycle(a, free_agents(5))
+    cycle = mezzo_scripted_cycle(a, free_agents(5))
     a.allocate(cycle)
     # f2 and f3 catch up first (ties by registration), then all three take turns.
     assert cycle.offers == [("f2", "a0"), ("f3", "a1"), ("f1", "a2"), ("f2", "a3"), ("f3", "a4")]
@@ -41,10 +41,10 @@ def test_each_agent_goes_to_the_lowest_share_framework(fake_cycle):
     assert a.dominant_share("f1") == 2 / 6
 
 
-def test_filtered_framework_is_skipped_and_unwanted_agent_left(fake_cycle):
+def test_filtered_framework_is_skipped_and_unwanted_agent_left(mezzo_scripted_cycle):
     a = make(frameworks=["f1", "f2"], agents=3)
     refused = {("f1", "a0"), ("f1", "a2"), ("f2", "a2")}
-    cycle = fake_cycle(a, free_agents(3), refused)
+    cycle = mezzo_scripted_cycle(a, free_agents(3), refused)
     a.allocate(cycle)
     assert cycle.offers == [("f2", "a0"), ("f1", "a1")]
     assert cycle.free("a2")  # nobody may take it: not offered
@@ -52,20 +52,20 @@ def test_filtered_framework_is_skipped_and_unwanted_agent_left(fake_cycle):
     assert not [pair for pair in cycle.asked if pair[1] == "a2"]
 
 
-def test_frameworks_that_declined_an_agent_are_skipped_without_asking(fake_cycle):
+def test_frameworks_that_declined_an_agent_are_skipped_without_asking(mezzo_scripted_cycle):
     names = [f"f{i:02d}" for i in range(40)]
     a = make(frameworks=names, agents=1)
     refused = {(n, "a0") for n in names[:30]}
-    cycle = fake_cycle(a, free_agents(1), refused)
+    cycle = mezzo_scripted_cycle(a, free_agents(1), refused)
     a.allocate(cycle)
     assert cycle.offers == [("f30", "a0")]
     # The refusing set answered for the first 30; may_offer was asked once.
     assert cycle.asked == [("f30", "a0")]
 
 
-def test_weights_steer_offers(fake_cycle):
+def test_weights_steer_offers(mezzo_scripted_cycle):
     a = make({"roles": {"big": 3}}, frameworks=["small", "large:big"], agents=8)
-    cycle = fake_cycle(a, free_agents(8))
+    cycle = mezzo_scripted_cycle(a, free_agents(8))
     a.allocate(cycle)
     got = [f for f, _ in cycle.offers]
     assert got.count("large") == 6 and got.count("small") == 2
@@ -80,23 +80,23 @@ def test_framework_name_weight_beats_role_weight():
     assert a.weights.of(FrameworkInfo(name="other", role="x")) == 1.0
 
 
-def test_inactive_frameworks_get_no_offers(fake_cycle):
+def test_inactive_frameworks_get_no_offers(mezzo_scripted_cycle):
     a = make(frameworks=["f1", "f2"], agents=2)
     a.deactivate("f1")
-    cycle = fake_cycle(a, free_agents(2))
+    cycle = mezzo_scripted_cycle(a, free_agents(2))
     a.allocate(cycle)
     assert cycle.offers == [("f2", "a0"), ("f2", "a1")]
     a.activate("f1")
     assert a.order() == ["f1", "f2"]
 
 
-def test_agents_joining_cause_one_resort_at_the_next_cycle(fake_cycle):
+def test_agents_joining_cause_one_resort_at_the_next_cycle(mezzo_scripted_cycle):
     a = make(frameworks=[f"f{i}" for i in range(20)])
     resorts = a._sorter.resorts
     for i in range(2_000):
         a.add_agent(f"a{i}", Resources(cpus=1, mem=1))
     assert a._sorter.resorts == resorts
-    a.allocate(fake_cycle(a, {}))
+    a.allocate(mezzo_scripted_cycle(a, {}))
     assert a._sorter.resorts == resorts + 1
 
 
@@ -150,12 +150,12 @@ def test_guarantees_fit_the_cluster(weights, cpus, mem):
         assert total.milli(r) - summed.milli(r) <= len(names)
 
 
-def test_full_cycle_at_benchmark_scale_completes(fake_cycle):
+def test_full_cycle_at_benchmark_scale_completes(mezzo_scripted_cycle):
     """10,000 agents x 1,000 frameworks, every framework filtered for the first
     agents it would be walked to: a sanity run, no timing asserted."""
     a = make(frameworks=[f"f{i}" for i in range(1_000)], agents=10_000)
     refused = {(f"f{i}", f"a{j}") for j in range(0, 10_000, 7) for i in range(50)}
-    cycle = fake_cycle(a, free_agents(10_000), refused)
+    cycle = mezzo_scripted_cycle(a, free_agents(10_000), refused)
     a.allocate(cycle)
     assert len(cycle.offers) == 10_000
     got: dict[str, int] = {}

@@ -38,33 +38,33 @@ def test_levels_from_name_role_and_default():
     assert a.level_of(FrameworkInfo(name="x", role="other")) == 0
 
 
-def test_higher_level_takes_every_agent_it_may(fake_cycle):
+def test_higher_level_takes_every_agent_it_may(mezzo_scripted_cycle):
     a = make(["low:batch", "mid", "high:prod"], agents=4)
-    cycle = fake_cycle(a, free_agents(4))
+    cycle = mezzo_scripted_cycle(a, free_agents(4))
     a.allocate(cycle)
     assert [f for f, _ in cycle.offers] == ["high"] * 4
 
 
-def test_lower_level_gets_an_agent_only_when_no_higher_framework_may(fake_cycle):
+def test_lower_level_gets_an_agent_only_when_no_higher_framework_may(mezzo_scripted_cycle):
     a = make(["low:batch", "mid", "high:prod"], agents=4)
     refused = {("high", "a1"), ("high", "a2"), ("mid", "a2"), ("high", "a3"), ("mid", "a3"), ("low", "a3")}
-    cycle = fake_cycle(a, free_agents(4), refused)
+    cycle = mezzo_scripted_cycle(a, free_agents(4), refused)
     a.allocate(cycle)
     assert cycle.offers == [("high", "a0"), ("mid", "a1"), ("low", "a2")]
 
 
-def test_inactive_higher_level_yields_to_lower(fake_cycle):
+def test_inactive_higher_level_yields_to_lower(mezzo_scripted_cycle):
     a = make(["low:batch", "high:prod"], agents=2)
     a.deactivate("high")
-    cycle = fake_cycle(a, free_agents(2))
+    cycle = mezzo_scripted_cycle(a, free_agents(2))
     a.allocate(cycle)
     assert [f for f, _ in cycle.offers] == ["low", "low"]
 
 
-def test_weighted_drf_within_a_level(fake_cycle):
+def test_weighted_drf_within_a_level(mezzo_scripted_cycle):
     conf = {**SETTINGS, "weights": {"frameworks": {"p2": 3}}}
     a = make(["p1:prod", "p2:prod", "low:batch"], agents=8, conf=conf)
-    cycle = fake_cycle(a, free_agents(8))
+    cycle = mezzo_scripted_cycle(a, free_agents(8))
     a.allocate(cycle)
     got = [f for f, _ in cycle.offers]
     assert got.count("p2") == 6 and got.count("p1") == 2 and "low" not in got
