@@ -31,8 +31,8 @@ from _report import write_section
 from mezzo import AgentInfo, Filters, FrameworkInfo, Resources
 from mezzo.config import MasterConfig
 from mezzo.master import Master
-from mezzo.master.ports import ManualClock
 from mezzo.master.master import tune_gc
+from mezzo.master.ports import ManualClock
 from mezzo.master.records import TaskRecord
 from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import CommandInfo, TaskInfo
@@ -43,9 +43,10 @@ USED_PER_AGENT = Resources.parse("cpus:16;mem:2014;disk:1024")
 
 
 def build(agents: int, frameworks: int, allocator: str):
-    import asyncio
 
-    master = Master(MasterConfig(offer_timeout=0, allocator=_alloc_config(allocator)), load_plugins(), clock=ManualClock())
+    master = Master(
+        MasterConfig(offer_timeout=0, allocator=_alloc_config(allocator)), load_plugins(), clock=ManualClock()
+    )
     master.lead()  # a lone master leads from start(); without it no cycle runs
     fconns = []
     for i in range(frameworks):
@@ -55,13 +56,18 @@ def build(agents: int, frameworks: int, allocator: str):
     fids = list(master.state.frameworks)
     for i in range(agents):
         conn = NullConnection(f"agent-{i}")
-        master.service.register_agent(conn, AgentInfo(hostname=f"host-{i}", port=5051,
-                                              resources=Resources.parse(AGENT_RESOURCES)))
+        master.service.register_agent(
+            conn, AgentInfo(hostname=f"host-{i}", port=5051, resources=Resources.parse(AGENT_RESOURCES))
+        )
     # Like the Mesos benchmark, each agent already runs 16 cpus of one framework's tasks.
     for i, agent in enumerate(master.state.agents.values()):
         fid = fids[i % frameworks]
-        task = TaskInfo(task_id=f"used-{i}", agent_id=agent.id, resources=USED_PER_AGENT,
-                        command=CommandInfo(value="true"))
+        task = TaskInfo(
+            task_id=f"used-{i}",
+            agent_id=agent.id,
+            resources=USED_PER_AGENT,
+            command=CommandInfo(value="true"),
+        )
         tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=task, resources=USED_PER_AGENT)
         master.state.frameworks[fid].tasks[task.task_id] = tr
         agent.tasks[(fid, task.task_id)] = tr
@@ -91,11 +97,17 @@ def decline_everything(master: Master, fconns) -> int:
 
 def summarize(res: dict) -> dict:
     t = res["timings"]
-    offering = [x for x, n in zip(t, res["offers"]) if n > 0] or [0.0]
+    offering = [x for x, n in zip(t, res["offers"], strict=True) if n > 0] or [0.0]
     q = lambda xs: statistics.quantiles(xs, n=10)[-1] if len(xs) >= 2 else xs[0]  # noqa: E731
-    return {"median": statistics.median(t), "p90": q(t), "max": max(t), "min": min(t),
-            "offering": len([n for n in res["offers"] if n > 0]),
-            "offering_median": statistics.median(offering), "offering_p90": q(offering)}
+    return {
+        "median": statistics.median(t),
+        "p90": q(t),
+        "max": max(t),
+        "min": min(t),
+        "offering": len([n for n in res["offers"] if n > 0]),
+        "offering_median": statistics.median(offering),
+        "offering_p90": q(offering),
+    }
 
 
 def run(agents: int, frameworks: int, rounds: int, allocator: str, profile_round: int | None = None) -> dict:
@@ -134,22 +146,35 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agents", type=int, default=10_000)
     p.add_argument("--frameworks", type=int, default=1_000)
-    p.add_argument("--rounds", type=int, default=None,
-                   help="allocation cycles to time (default: 2 x frameworks, as in Mesos' benchmark)")
-    p.add_argument("--profile-round", type=int, default=None, metavar="N",
-                   help="profile round N with cProfile and print where its time goes")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="allocation cycles to time (default: 2 x frameworks, as in Mesos' benchmark)",
+    )
+    p.add_argument(
+        "--profile-round",
+        type=int,
+        default=None,
+        metavar="N",
+        help="profile round N with cProfile and print where its time goes",
+    )
     p.add_argument("--allocator", default="drf")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = 2 * args.frameworks
-    print(f"allocation cycle: {args.agents} agents x {args.frameworks} frameworks, "
-          f"allocator {args.allocator}, {args.rounds} rounds")
+    print(
+        f"allocation cycle: {args.agents} agents x {args.frameworks} frameworks, "
+        f"allocator {args.allocator}, {args.rounds} rounds"
+    )
     res = run(args.agents, args.frameworks, args.rounds, args.allocator, args.profile_round)
     s = summarize(res)
-    print(f"set-up {res['setup']:.1f} s; all {len(res['timings'])} cycles: median {s['median']:.3f} s, "
-          f"p90 {s['p90']:.3f} s, max {s['max']:.3f} s; the {s['offering']} cycles that made offers: "
-          f"median {s['offering_median']:.3f} s, p90 {s['offering_p90']:.3f} s")
+    print(
+        f"set-up {res['setup']:.1f} s; all {len(res['timings'])} cycles: median {s['median']:.3f} s, "
+        f"p90 {s['p90']:.3f} s, max {s['max']:.3f} s; the {s['offering']} cycles that made offers: "
+        f"median {s['offering_median']:.3f} s, p90 {s['offering_p90']:.3f} s"
+    )
     if not args.no_write:
         write_results(args, res)
     return 0

@@ -44,9 +44,10 @@ from _null_connection import NullConnection
 from _report import write_section
 from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.config import from_dict
+from mezzo.hookspecs import RevocationPolicy
 from mezzo.master import Master
-from mezzo.master.ports import ManualClock
 from mezzo.master.master import tune_gc
+from mezzo.master.ports import ManualClock
 from mezzo.plugins import load_plugins
 
 SLOTS = 4
@@ -56,12 +57,13 @@ DELAY = 30.0
 CASES = ("quiet", "recent", "greedy", "spread")
 
 
-class TimedPolicy:
+class TimedPolicy(RevocationPolicy):
     """Wraps the master's revocation policy, timing ``select``."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: RevocationPolicy) -> None:
+        super().__init__({}, key="bench")
         self.inner = inner
-        self.name = inner.name
+        self.name = inner.name  # type: ignore[misc]  # a wrapper answers to its policy's name
         self.seconds = 0.0
         self.holders = 0
         self.held_tasks = 0
@@ -80,8 +82,16 @@ def build(agents: int, frameworks: int, layout: str):
     """A leading master with ``frameworks`` frameworks filling ``agents`` agents
     (``layout``: "equal" parts, or "greedy": the first holds half), and the late
     framework's connection if ``late``."""
-    config = from_dict({"master": {"revocation_delay": DELAY, "revocation_grace_period": 5.0,
-                                   "offer_timeout": 0, "allocator": {"name": "drf"}}}).master
+    config = from_dict(
+        {
+            "master": {
+                "revocation_delay": DELAY,
+                "revocation_grace_period": 5.0,
+                "offer_timeout": 0,
+                "allocator": {"name": "drf"},
+            }
+        }
+    ).master
     master = Master(config, load_plugins(), clock=ManualClock())
     master.lead()
     fconns = []
@@ -94,7 +104,9 @@ def build(agents: int, frameworks: int, layout: str):
     for i in range(agents):
         if i % per_conn == 0:
             aconns.append(NullConnection(f"agents-{i // per_conn}"))
-        master.service.register_agent(aconns[-1], AgentInfo(hostname=f"host-{i}", port=5051, resources=AGENT_RESOURCES))
+        master.service.register_agent(
+            aconns[-1], AgentInfo(hostname=f"host-{i}", port=5051, resources=AGENT_RESOURCES)
+        )
     # Who fills which agent.
     agent_ids = list(master.state.agents)
     if layout == "greedy":
@@ -102,15 +114,22 @@ def build(agents: int, frameworks: int, layout: str):
         owners = [0] * half + [1 + (j * (frameworks - 1)) // (agents - half) for j in range(agents - half)]
     else:
         owners = [(j * frameworks) // agents for j in range(agents)]
-    for n, (aid, owner) in enumerate(zip(agent_ids, owners)):
+    for n, (aid, owner) in enumerate(zip(agent_ids, owners, strict=True)):
         agent = master.state.agents[aid]
         record = master.state.frameworks[f"fw-{owner}"]
         # What an allocation cycle does for one offer (AllocationCycle.offer).
         resources, agent.free = agent.free, Resources()
         offer = master.state.offer_book.create(record, agent, resources, master.state.now())
         master.state.allocator.allocated(record.id, resources)
-        tasks = [TaskInfo(task_id=f"t-{n}-{k}", agent_id=aid, resources=TASK_RESOURCES,
-                          command=CommandInfo(value="sleep 3600")) for k in range(SLOTS)]
+        tasks = [
+            TaskInfo(
+                task_id=f"t-{n}-{k}",
+                agent_id=aid,
+                resources=TASK_RESOURCES,
+                command=CommandInfo(value="sleep 3600"),
+            )
+            for k in range(SLOTS)
+        ]
         master.service.launch_tasks(fconns[owner], record.id, [offer.id], tasks, Filters(refuse_seconds=0))
     return master, fconns, aconns
 
@@ -129,6 +148,7 @@ def add_late(master: Master, reserves: int = 0) -> None:
 
 def run_case(master: Master, case: str, rounds: int) -> dict:
     monitor = master.term.revocation
+    assert monitor is not None, "revocation is on: build() sets master.revocation_delay"
     policy = monitor.policy = TimedPolicy(monitor.policy)
     starved = case in ("greedy", "spread")
     timings, policy_s, victims = [], [], []
@@ -152,23 +172,37 @@ def run_case(master: Master, case: str, rounds: int) -> dict:
     if not starved and any(victims):
         raise SystemExit(f"case {case}: a round revoked tasks")
     starved_now = [s.framework_id for s in monitor.starved_now]
-    return {"case": case, "median": statistics.median(timings), "min": min(timings), "max": max(timings),
-            "first": timings[0], "policy": statistics.median(policy_s), "victims": victims[-1],
-            "holders": policy.holders if starved else 0, "held_tasks": policy.held_tasks if starved else 0,
-            "starved": starved_now, "rounds": rounds}
+    return {
+        "case": case,
+        "median": statistics.median(timings),
+        "min": min(timings),
+        "max": max(timings),
+        "first": timings[0],
+        "policy": statistics.median(policy_s),
+        "victims": victims[-1],
+        "holders": policy.holders if starved else 0,
+        "held_tasks": policy.held_tasks if starved else 0,
+        "starved": starved_now,
+        "rounds": rounds,
+    }
 
 
 def run_size(agents: int, frameworks: int, rounds: int, cases: list[str]) -> list[dict]:
     results = []
-    for layout, wanted in (("equal", [c for c in ("quiet", "recent", "spread") if c in cases]),
-                           ("greedy", [c for c in ("greedy",) if c in cases])):
+    for layout, wanted in (
+        ("equal", [c for c in ("quiet", "recent", "spread") if c in cases]),
+        ("greedy", [c for c in ("greedy",) if c in cases]),
+    ):
         if not wanted:
             continue
         t0 = time.perf_counter()
         master, _, _ = build(agents, frameworks, layout)
         tasks = sum(len(f.tasks) for f in master.state.frameworks.values())
-        print(f"{agents:,} agents x {frameworks} frameworks, {tasks:,} tasks ({layout}): "
-              f"set-up {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"{agents:,} agents x {frameworks} frameworks, {tasks:,} tasks ({layout}): "
+            f"set-up {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         tune_gc()  # what Master.start does in the daemon
         for case in wanted:
             if case in ("greedy", "spread") and "late" not in master.state.frameworks:
@@ -176,10 +210,13 @@ def run_size(agents: int, frameworks: int, rounds: int, cases: list[str]) -> lis
             res = run_case(master, case, rounds)
             res.update(agents=agents, frameworks=frameworks, tasks=tasks)
             results.append(res)
-            print(f"  {case:7s} check: median {res['median'] * 1000:8.2f} ms (min {res['min'] * 1000:.2f}, "
-                  f"max {res['max'] * 1000:.2f}, first {res['first'] * 1000:.2f}); policy.select "
-                  f"{res['policy'] * 1000:.2f} ms; holders {res['holders']}, tasks offered {res['held_tasks']:,}, "
-                  f"victims {res['victims']}, starved {res['starved'][:3]}", flush=True)
+            print(
+                f"  {case:7s} check: median {res['median'] * 1000:8.2f} ms (min {res['min'] * 1000:.2f}, "
+                f"max {res['max'] * 1000:.2f}, first {res['first'] * 1000:.2f}); policy.select "
+                f"{res['policy'] * 1000:.2f} ms; holders {res['holders']}, tasks offered {res['held_tasks']:,}, "
+                f"victims {res['victims']}, starved {res['starved'][:3]}",
+                flush=True,
+            )
         master.term.close()
         del master
         gc.collect()
@@ -199,8 +236,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.frameworks < 2 or min(args.agents) < 2 * args.frameworks:
         p.error("need at least 2 frameworks and 2 agents per framework")
-    print(f"revocation check: {SLOTS}-slot agents, 1-slot tasks, drf with weight-proportional guarantees, "
-          f"{args.rounds} rounds per case")
+    print(
+        f"revocation check: {SLOTS}-slot agents, 1-slot tasks, drf with weight-proportional guarantees, "
+        f"{args.rounds} rounds per case"
+    )
     results = []
     for agents in args.agents:
         results += run_size(agents, args.frameworks, args.rounds, args.cases)
@@ -226,16 +265,20 @@ def write_results(args, results: list[dict]) -> None:
 
     section = "## Revocation check cost"
     lines = [
-        (f"`python bench/revocation_check.py --agents {' '.join(str(a) for a in args.agents)} "
-         f"--frameworks {args.frameworks} --rounds {args.rounds}` ({time.strftime('%Y-%m-%d')}, "
-         f"{os.cpu_count()} cores, Python {platform.python_version()}). One call of "
-         "`RevocationMonitor.check()` of the real master (revocation on, drf with its default "
-         "weight-proportional guarantees), timed on agents of 4 slots each running 4 one-slot tasks; the kills "
-         "of a round are encoded for connections that drop the bytes. Median over the rounds; a starved "
-         "case repeats the same decision every round."),
+        (
+            f"`python bench/revocation_check.py --agents {' '.join(str(a) for a in args.agents)} "
+            f"--frameworks {args.frameworks} --rounds {args.rounds}` ({time.strftime('%Y-%m-%d')}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}). One call of "
+            "`RevocationMonitor.check()` of the real master (revocation on, drf with its default "
+            "weight-proportional guarantees), timed on agents of 4 slots each running 4 one-slot tasks; the kills "
+            "of a round are encoded for connections that drop the bytes. Median over the rounds; a starved "
+            "case repeats the same decision every round."
+        ),
         "",
-        ("| agents | tasks | frameworks | case | check median | min | max | of which policy.select "
-         "| holders offered | tasks offered | victims |"),
+        (
+            "| agents | tasks | frameworks | case | check median | min | max | of which policy.select "
+            "| holders offered | tasks offered | victims |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -243,7 +286,8 @@ def write_results(args, results: list[dict]) -> None:
             f"| {r['agents']:,} | {r['tasks']:,} | {r['frameworks']}{LATE.get(r['case'], '')} "
             f"| {r['case']}: {DESCRIBE[r['case']]} | {r['median'] * 1000:.1f} ms | {r['min'] * 1000:.1f} ms "
             f"| {r['max'] * 1000:.1f} ms | {r['policy'] * 1000:.1f} ms | {r['holders']} | {r['held_tasks']:,} "
-            f"| {r['victims']} |")
+            f"| {r['victims']} |"
+        )
     lines.append("")
     write_section(section, lines)
 

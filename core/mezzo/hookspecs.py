@@ -33,8 +33,9 @@ are documented with when the core calls them and what their return means.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Collection, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pluggy
 
@@ -52,7 +53,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def mezzo_register_components(registry: "ComponentRegistry") -> None:
+def mezzo_register_components(registry: ComponentRegistry) -> None:
     """Register the component classes this plugin provides.
 
     Called once per plugin when the plugin manager is built, plugin by plugin so
@@ -66,20 +67,20 @@ def mezzo_register_components(registry: "ComponentRegistry") -> None:
 
 
 @hookspec
-def mezzo_task_status(framework_id: str, status: "TaskStatus") -> None:
+def mezzo_task_status(framework_id: str, status: TaskStatus) -> None:
     """Observer, master side: a task status update reached the master (before it is
     forwarded to the scheduler). Includes the master's own TASK_ERROR/TASK_DROPPED
     answers to bad launches. Return value: ignored."""
 
 
 @hookspec
-def mezzo_offers_sent(framework_id: str, offers: "list[Offer]") -> None:
+def mezzo_offers_sent(framework_id: str, offers: list[Offer]) -> None:
     """Observer, master side: an allocation cycle sent ``offers`` to a framework.
     Return value: ignored."""
 
 
 @hookspec
-def mezzo_agent_added(agent: "AgentInfo") -> None:
+def mezzo_agent_added(agent: AgentInfo) -> None:
     """Observer, master side: an agent registered (new id) or re-registered.
     Return value: ignored."""
 
@@ -92,7 +93,7 @@ def mezzo_agent_removed(agent_id: str, reason: str) -> None:
 
 
 @hookspec
-def mezzo_framework_added(framework: "FrameworkInfo") -> None:
+def mezzo_framework_added(framework: FrameworkInfo) -> None:
     """Observer, master side: a framework registered and was given its id.
     Return value: ignored."""
 
@@ -156,7 +157,7 @@ class AllocationCycle(abc.ABC):
         agents from here: the master does not check the minimum again."""
 
     @abc.abstractmethod
-    def free(self, agent_id: str) -> "Resources":
+    def free(self, agent_id: str) -> Resources:
         """Unallocated, unoffered resources of ``agent_id`` right now."""
 
     @abc.abstractmethod
@@ -166,7 +167,7 @@ class AllocationCycle(abc.ABC):
         refuse filters, then each offer filter once. The reason for a False is
         recorded by the master (for the state output), not returned."""
 
-    def refusing(self, agent_id: str) -> "Collection[str]":
+    def refusing(self, agent_id: str) -> Collection[str]:
         """The frameworks whose refuse filters (from declines) cover what is free on
         ``agent_id`` now: ``may_offer`` would say no to each. Cheap (no copy), so an
         allocator can skip them by membership before calling ``may_offer``, which stays
@@ -199,7 +200,7 @@ class Allocator(Component):
     kind = "allocator"
 
     @abc.abstractmethod
-    def add_framework(self, framework_id: str, info: "FrameworkInfo") -> None:
+    def add_framework(self, framework_id: str, info: FrameworkInfo) -> None:
         """A framework registered. It starts active (wanting offers)."""
 
     @abc.abstractmethod
@@ -216,20 +217,20 @@ class Allocator(Component):
         Its allocation still counts toward its share."""
 
     @abc.abstractmethod
-    def add_agent(self, agent_id: str, total: "Resources") -> None:
+    def add_agent(self, agent_id: str, total: Resources) -> None:
         """An agent joined; ``total`` is added to the cluster's resources."""
 
     @abc.abstractmethod
-    def remove_agent(self, agent_id: str, total: "Resources") -> None:
+    def remove_agent(self, agent_id: str, total: Resources) -> None:
         """An agent left; allocations on it have already been recovered."""
 
     @abc.abstractmethod
-    def allocated(self, framework_id: str, resources: "Resources") -> None:
+    def allocated(self, framework_id: str, resources: Resources) -> None:
         """``resources`` now count toward the framework's allocation: offered to it
         (an outstanding offer counts, paper §3.5) or used by its tasks."""
 
     @abc.abstractmethod
-    def recovered(self, framework_id: str, resources: "Resources") -> None:
+    def recovered(self, framework_id: str, resources: Resources) -> None:
         """``resources`` no longer count toward the framework: declined, rescinded,
         unused part of an accepted offer, or freed by a finished task."""
 
@@ -240,7 +241,7 @@ class Allocator(Component):
         the active ones for which ``cycle.may_offer`` holds. Leaving an agent
         unoffered is allowed (nothing suitable). Return value: ignored."""
 
-    def guaranteed_share(self, framework_id: str) -> "Resources":
+    def guaranteed_share(self, framework_id: str) -> Resources:
         """The resources this framework may hold without losing tasks to revocation
         (paper §3.3). The guarantees of all frameworks must fit in the cluster
         together. Default: nothing guaranteed."""
@@ -261,15 +262,15 @@ class FrameworkView(Protocol):
         """The framework id."""
 
     @property
-    def info(self) -> "FrameworkInfo":
+    def info(self) -> FrameworkInfo:
         """What its scheduler registered (name, role, ...)."""
 
     @property
-    def agent_whitelist(self) -> "frozenset[str] | None":
+    def agent_whitelist(self) -> frozenset[str] | None:
         """``set_filters`` agents: the agent ids or hostnames it wants offers of; None = any."""
 
     @property
-    def min_free(self) -> "Resources | None":
+    def min_free(self) -> Resources | None:
         """``set_filters`` min_free: offer only agents with at least this free; None = any."""
 
 
@@ -281,11 +282,11 @@ class AgentView(Protocol):
         """The agent id."""
 
     @property
-    def info(self) -> "AgentInfo":
+    def info(self) -> AgentInfo:
         """What the agent registered: hostname, port, attributes (str to str)."""
 
     @property
-    def total(self) -> "Resources":
+    def total(self) -> Resources:
         """Everything the agent has, used or not."""
 
     @property
@@ -305,7 +306,7 @@ class OfferFilter(Component):
     kind = "offer_filter"
 
     @abc.abstractmethod
-    def refuse(self, framework: FrameworkView, agent: AgentView, free: "Resources") -> str | None:
+    def refuse(self, framework: FrameworkView, agent: AgentView, free: Resources) -> str | None:
         """Return ``None`` to allow offering ``free`` on ``agent`` to ``framework``,
         or a short reason (e.g. ``"agent not in framework's list"``) to treat the
         resources as declined by it. Called per (framework, agent) candidate inside
@@ -327,7 +328,7 @@ class Starved:
 
     framework_id: str
     """The starved framework."""
-    wants: "Resources"
+    wants: Resources
     """What it is short of: its guarantee minus what it holds and minus what is being
     revoked for it already (scalars). Getting any one of these resources in full
     meets its guarantee (:mod:`mezzo.guarantees`). Never empty."""
@@ -344,7 +345,7 @@ class HeldTask:
     """The task's id (unique within its framework)."""
     agent_id: str
     """The agent it runs on."""
-    resources: "Resources"
+    resources: Resources
     """The task's own resources (not its executor's)."""
     started_at: float
     """When it was launched, in ``time.time()`` seconds: how much work killing it
@@ -360,13 +361,13 @@ class Holder:
 
     framework_id: str
     """The framework."""
-    allocated: "Resources"
+    allocated: Resources
     """Everything that counts toward it: its tasks, its executors and its
     outstanding offers (as :meth:`Allocator.allocated` saw them)."""
-    guaranteed: "Resources"
+    guaranteed: Resources
     """:meth:`Allocator.guaranteed_share` of the framework: what it may hold
     without losing tasks. Empty when nothing is guaranteed."""
-    tasks: "Sequence[HeldTask]"
+    tasks: Sequence[HeldTask]
     """Its running tasks, the candidates for revocation, in no particular order:
     listed only when the framework is above its guarantee (:mod:`mezzo.guarantees`).
     Empty for one at or below it: it may lose no task, and is a holder only for
@@ -469,7 +470,7 @@ class Container:
     container_id: str
     framework_id: str
     executor_id: str
-    resources: "Resources"
+    resources: Resources
     sandbox: str
     launch: ContainerLaunch
     pid: int | None = None
@@ -503,7 +504,7 @@ class Isolator(Component):
 
     kind = "isolator"
 
-    async def recover(self, containers: "list[Container]") -> None:
+    async def recover(self, containers: list[Container]) -> None:
         """At agent start-up: ``containers`` are the ones still known; remove any
         leftovers of containers not in the list (from a crash). Default: nothing."""
 
@@ -514,7 +515,7 @@ class Isolator(Component):
     async def isolate(self, container: Container) -> None:
         """Right after the process started (``container.pid`` set). Default: nothing."""
 
-    async def update(self, container: Container, resources: "Resources") -> None:
+    async def update(self, container: Container, resources: Resources) -> None:
         """The container's resources changed (tasks came or went). Default: nothing."""
 
     async def usage(self, container: Container) -> dict[str, float]:

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import structlog
 
@@ -87,15 +88,23 @@ class PluginGuard:
         if last is None:
             self._logged_at[where] = now
             self._logged_count[where] = 1
-            self._log.error("plugin call failed", plugin=plugin, call=call, error=repr(exc), exc_info=exc,
-                            **context)
+            self._log.error(
+                "plugin call failed", plugin=plugin, call=call, error=repr(exc), exc_info=exc, **context
+            )
         elif now - last >= LOG_EVERY:
             total = self.failures[where]
             since = total - self._logged_count[where]
             self._logged_at[where] = now
             self._logged_count[where] = total
-            self._log.error("plugin call still failing", plugin=plugin, call=call, error=repr(exc),
-                            failures_since_last_log=since, failures=total, **context)
+            self._log.error(
+                "plugin call still failing",
+                plugin=plugin,
+                call=call,
+                error=repr(exc),
+                failures_since_last_log=since,
+                failures=total,
+                **context,
+            )
 
     def call(self, component: Any, method: str, *args: Any, default: T, **kwargs: Any) -> Any | T:
         """``component.method(*args, **kwargs)``, or ``default`` once a failure is reported."""

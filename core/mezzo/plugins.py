@@ -10,9 +10,9 @@ the one a TOML key names, or fails listing what is installed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import pluggy
 
@@ -29,7 +29,6 @@ KINDS: dict[str, type[Component]] = {
 }
 
 BUILTIN_PLUGINS = ("mezzo.builtin",)
-
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,7 @@ class ComponentRegistry:
         known = self._by_kind[kind]
         if cls.name in known and known[cls.name].cls is not cls:
             raise PluginError(
-                f"{kind} {cls.name!r} registered twice: by {known[cls.name].plugin} "
-                f"and by {self._current[0]}"
+                f"{kind} {cls.name!r} registered twice: by {known[cls.name].plugin} and by {self._current[0]}"
             )
         known[cls.name] = Registered(cls, *self._current)
 
@@ -99,7 +97,7 @@ class ComponentRegistry:
         return cls(settings, key=key)
 
 
-def check_settings_tables(plugins: "Plugins", kind: str, tables: Mapping[str, Any], prefix: str) -> None:
+def check_settings_tables(plugins: Plugins, kind: str, tables: Mapping[str, Any], prefix: str) -> None:
     """Refuse a settings table for a component that is not installed.
 
     A table for an installed component that is not selected is fine (an operator
@@ -133,8 +131,9 @@ def _kind_of(cls: type) -> str:
     for kind, base in KINDS.items():
         if isinstance(cls, type) and issubclass(cls, base):
             return kind
-    raise PluginError(f"{cls!r} is not a mezzo component "
-                      "(subclass Allocator, OfferFilter, RevocationPolicy or Isolator)")
+    raise PluginError(
+        f"{cls!r} is not a mezzo component (subclass Allocator, OfferFilter, RevocationPolicy or Isolator)"
+    )
 
 
 class Observers:
@@ -158,12 +157,14 @@ class Observers:
         if not impls:
             safe = _noop
         else:
+
             def safe(**kwargs: Any) -> None:
                 for plugin, function in impls:
                     try:
                         function(**kwargs)
                     except Exception as exc:
                         guard.failed_in(plugin, name, exc)
+
         self.__dict__[name] = safe
         return safe
 
@@ -196,10 +197,11 @@ class Plugins:
             out[name] = {"plugin": name, "distribution": dist, "components": []}
         for kind in KINDS:
             for cname, entry in sorted(self.registry.entries(kind).items()):
-                row = out.setdefault(entry.plugin, {"plugin": entry.plugin, "distribution": entry.distribution, "components": []})
-                row["components"].append(
-                    {"kind": kind, "name": cname, "description": entry.cls.description}
+                row = out.setdefault(
+                    entry.plugin,
+                    {"plugin": entry.plugin, "distribution": entry.distribution, "components": []},
                 )
+                row["components"].append({"kind": kind, "name": cname, "description": entry.cls.description})
         return sorted(out.values(), key=lambda r: r["plugin"])
 
     def _distribution(self, plugin: Any) -> str:
@@ -238,8 +240,9 @@ def load_plugins(*, entry_points: bool = True, extra: tuple[Any, ...] = ()) -> P
     for name, plugin in pm.list_name_plugin():
         if id(plugin) not in implementers:
             continue
-        only_this = pm.subset_hook_caller("mezzo_register_components",
-                                          remove_plugins=[p for p in everyone if p is not plugin])
+        only_this = pm.subset_hook_caller(
+            "mezzo_register_components", remove_plugins=[p for p in everyone if p is not plugin]
+        )
         with registry.registering_for(name, dists.get(id(plugin), "mezzo")):
             try:
                 only_this(registry=registry)

@@ -71,8 +71,15 @@ class AgentLifecycle:
         state.registry.admit(aid, admitted)
         return record
 
-    def reregister(self, link: Any, info: AgentInfo, total: Resources, tasks: list[RunningTask],
-                   executors: list[ExecutorInfo], frameworks: Iterable[FrameworkInfo]) -> bool:
+    def reregister(
+        self,
+        link: Any,
+        info: AgentInfo,
+        total: Resources,
+        tasks: list[RunningTask],
+        executors: list[ExecutorInfo],
+        frameworks: Iterable[FrameworkInfo],
+    ) -> bool:
         """An agent that had an id is back on ``link``; False if it is refused.
 
         - Known here: re-attached, and what it reports squared with what is held
@@ -96,11 +103,17 @@ class AgentLifecycle:
             self._reconcile(record, tasks, executors)
             state.observe.mezzo_agent_added(agent=info)
         elif state.registry.verdict(aid) == REFUSE:
-            log.warning("refusing re-registration of a lost or unknown agent", agent=aid,
-                        hostname=info.hostname, tasks=len(tasks))
+            log.warning(
+                "refusing re-registration of a lost or unknown agent",
+                agent=aid,
+                hostname=info.hostname,
+                tasks=len(tasks),
+            )
             state.outbox.agent(link).reregistration_refused(
-                aid, f"agent {aid} is not admitted in this cluster (declared lost, or never registered): "
-                "kill its tasks and register as a new agent")
+                aid,
+                f"agent {aid} is not admitted in this cluster (declared lost, or never registered): "
+                "kill its tasks and register as a new agent",
+            )
             return False
         else:
             record = self._add(link, info, total)
@@ -113,10 +126,17 @@ class AgentLifecycle:
 
     def _add(self, link: Any, info: AgentInfo, total: Resources, *, connected: bool = True) -> AgentRecord:
         state = self.state
-        record = AgentRecord(id=info.agent_id, info=info, conn=link, total=total, free=total,
-                             connected=connected, offerable=state.offerable,
-                             min_offer=effective_min_offer(state.min_offer, total),
-                             long_limit=long_tasks.long_task_limit(state.config.long_task_fraction, total))
+        record = AgentRecord(
+            id=info.agent_id,
+            info=info,
+            conn=link,
+            total=total,
+            free=total,
+            connected=connected,
+            offerable=state.offerable,
+            min_offer=effective_min_offer(state.min_offer, total),
+            long_limit=long_tasks.long_task_limit(state.config.long_task_fraction, total),
+        )
         state.agents[record.id] = record
         state.allocator.add_agent(record.id, total)
         log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
@@ -124,8 +144,13 @@ class AgentLifecycle:
         state.request_allocation()
         return record
 
-    def _adopt(self, agent: AgentRecord, running: Iterable[RunningTask], executors: Iterable[ExecutorInfo],
-               frameworks: Iterable[FrameworkInfo]) -> None:
+    def _adopt(
+        self,
+        agent: AgentRecord,
+        running: Iterable[RunningTask],
+        executors: Iterable[ExecutorInfo],
+        frameworks: Iterable[FrameworkInfo],
+    ) -> None:
         """Record tasks and executors an agent reports.
 
         Frameworks it names that this master does not know are recovered
@@ -136,7 +161,12 @@ class AgentLifecycle:
         state = self.state
         for info in frameworks:
             fid = info.framework_id if isinstance(info, FrameworkInfo) else None
-            if isinstance(fid, str) and fid and fid not in state.frameworks and fid not in state.removed_frameworks:
+            if (
+                isinstance(fid, str)
+                and fid
+                and fid not in state.frameworks
+                and fid not in state.removed_frameworks
+            ):
                 self.frameworks.recover(info)
         for ex in executors:
             if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
@@ -156,7 +186,11 @@ class AgentLifecycle:
             if t is None or not isinstance(fid, str) or not fid or not isinstance(t.task_id, str):
                 continue
             latest = rt.latest
-            task_state = latest.state if latest is not None and isinstance(latest.state, int) else TaskState.TASK_STAGING
+            task_state = (
+                latest.state
+                if latest is not None and isinstance(latest.state, int)
+                else TaskState.TASK_STAGING
+            )
             if (fid, t.task_id) in agent.tasks:
                 continue
             res = _safe_resources(t.resources)
@@ -177,7 +211,9 @@ class AgentLifecycle:
                 framework.tasks[t.task_id] = tr
                 state.allocator.allocated(fid, res)
 
-    def _reconcile(self, agent: AgentRecord, running: list[RunningTask], executors: list[ExecutorInfo]) -> None:
+    def _reconcile(
+        self, agent: AgentRecord, running: list[RunningTask], executors: list[ExecutorInfo]
+    ) -> None:
         """A known agent came back: square what this master holds for it with what it reports.
 
         - A task held here but not reported never reached the agent (its ``run_task``
@@ -189,17 +225,28 @@ class AgentLifecycle:
         - Kills asked for while the agent was away are sent now.
         """
         state = self.state
-        reported = {(rt.framework_id, rt.task.task_id) for rt in running
-                    if rt is not None and rt.task is not None}
+        reported = {
+            (rt.framework_id, rt.task.task_id) for rt in running if rt is not None and rt.task is not None
+        }
         for key, task in list(agent.tasks.items()):
             if key in reported:
                 continue
             ended = TaskState.TASK_DROPPED if task.state == TaskState.TASK_STAGING else TaskState.TASK_LOST
-            state.end_task(task, agent, ended, "task_missing_on_agent",
-                           f"agent {agent.id} re-registered without this task")
+            state.end_task(
+                task,
+                agent,
+                ended,
+                "task_missing_on_agent",
+                f"agent {agent.id} re-registered without this task",
+            )
             status = state.master_status(task, ended, task.reason, task.message)
-            log.warning("task missing on a re-registered agent", agent=agent.id, framework=task.framework_id,
-                        task=task.id, state=state_name(ended))
+            log.warning(
+                "task missing on a re-registered agent",
+                agent=agent.id,
+                framework=task.framework_id,
+                task=task.id,
+                state=state_name(ended),
+            )
             state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
             framework = state.frameworks.get(task.framework_id)
             if framework is not None:
@@ -222,7 +269,9 @@ class AgentLifecycle:
         state.registry.remove(agent.id)
         state.rescind_offers(list(agent.offers.values()), notify=True)
         for task in list(agent.tasks.values()):
-            state.end_task(task, agent, TaskState.TASK_LOST, "agent_removed", f"agent {agent.id} lost: {reason}")
+            state.end_task(
+                task, agent, TaskState.TASK_LOST, "agent_removed", f"agent {agent.id} lost: {reason}"
+            )
             status = state.master_status(task, TaskState.TASK_LOST, "agent_removed", task.message)
             state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
             framework = state.frameworks.get(task.framework_id)
@@ -256,13 +305,20 @@ class AgentLifecycle:
         if agent is not None and not agent.connected:
             self.remove(agent, f"did not re-register within {self.state.config.agent_reregister_timeout:g} s")
 
-    def executor_exited(self, agent: AgentRecord, framework_id: str, executor_id: str, exit_status: int,
-                        message: str) -> None:
+    def executor_exited(
+        self, agent: AgentRecord, framework_id: str, executor_id: str, exit_status: int, message: str
+    ) -> None:
         """An executor ended: its resources are free, its framework hears ``executor_lost``."""
         state = self.state
         state.release_executor(agent, (framework_id, executor_id))
-        log.info("executor exited", agent=agent.id, framework=framework_id, executor=executor_id,
-                 status=exit_status, message=message)
+        log.info(
+            "executor exited",
+            agent=agent.id,
+            framework=framework_id,
+            executor=executor_id,
+            status=exit_status,
+            message=message,
+        )
         record = state.frameworks.get(framework_id)
         if record is not None and record.conn is not None:
             state.outbox.scheduler(record.conn).executor_lost(agent.id, executor_id, exit_status or 0)

@@ -192,8 +192,6 @@ class Cycle(AllocationCycle):
         return out
 
 
-
-
 @dataclass(slots=True)
 class CycleTotals:
     """Counters over every cycle this master ran, across leadership terms (metrics)."""
@@ -212,7 +210,9 @@ class Allocation:
     the term's timers.
     """
 
-    def __init__(self, state: ClusterState, recovery: Recovery, *, interval: float, totals: CycleTotals) -> None:
+    def __init__(
+        self, state: ClusterState, recovery: Recovery, *, interval: float, totals: CycleTotals
+    ) -> None:
         self.state = state
         self.recovery = recovery
         self.totals = totals
@@ -236,8 +236,11 @@ class Allocation:
         if not state.allocator.allocate(cycle):
             undone = cycle.roll_back()
             self.totals.failed += 1
-            log.warning("allocation cycle rolled back: the allocator failed", allocator=state.allocator.name,
-                        offers_undone=undone)
+            log.warning(
+                "allocation cycle rolled back: the allocator failed",
+                allocator=state.allocator.name,
+                offers_undone=undone,
+            )
             state.request_allocation()
         sent = 0
         observe = state.observe

@@ -10,7 +10,8 @@ frameworks are not made to wait for a tick.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .ports import Clock, Timer
@@ -57,8 +58,10 @@ class AllocationTimer:
         """Ask for a cycle: at once if none ran in the last interval, else at its end
         (``prompt``: see the class docstring)."""
         if prompt and not self._saturated:
-            when = max(self._last + self._interval * PROMPT_FRACTION,
-                       self._last_end + self._last_cost * PROMPT_COST_FACTOR)
+            when = max(
+                self._last + self._interval * PROMPT_FRACTION,
+                self._last_end + self._last_cost * PROMPT_COST_FACTOR,
+            )
         else:
             when = self._last + self._interval
         if self._handle is not None:

@@ -99,8 +99,12 @@ class FrameworkLifecycle:
         failover = info.failover_timeout if isinstance(info.failover_timeout, (int, float)) else 0.0
         timeout = max(failover if math.isfinite(failover) else 0.0, state.config.framework_recovery_timeout)
         record.failover_handle = state.clock.call_later(timeout, self._failover_expired, fid)
-        log.info("framework recovered from an agent's report; awaiting its scheduler", framework=fid,
-                 name=info.name, timeout=timeout)
+        log.info(
+            "framework recovered from an agent's report; awaiting its scheduler",
+            framework=fid,
+            name=info.name,
+            timeout=timeout,
+        )
         return record
 
     def _adopt_orphans(self, framework: FrameworkRecord) -> None:
@@ -125,8 +129,13 @@ class FrameworkLifecycle:
         fid = record.id
         state.rescind_offers(list(record.offers.values()), notify=False)
         for task in list(record.tasks.values()):
-            state.end_task(task, state.agents.get(task.agent_id), TaskState.TASK_KILLED, task.reason,
-                           f"framework removed: {reason}")
+            state.end_task(
+                task,
+                state.agents.get(task.agent_id),
+                TaskState.TASK_KILLED,
+                task.reason,
+                f"framework removed: {reason}",
+            )
         for agent in state.agents.values():
             for key in [k for k in agent.executors if k[0] == fid]:
                 state.release_executor(agent, key)
@@ -176,12 +185,17 @@ class FrameworkLifecycle:
             state.allocator.deactivate(record.id)
         log.info("framework needs offers", framework=record.id, needs_offers=bool(needs_offers))
 
-    def set_filters(self, record: FrameworkRecord, agents: frozenset[str] | None, min_free: Resources | None) -> None:
+    def set_filters(
+        self, record: FrameworkRecord, agents: frozenset[str] | None, min_free: Resources | None
+    ) -> None:
         """The paper's two persistent filters: only agents from ``agents`` (ids or
         hostnames; None = any), only agents with at least ``min_free`` free."""
         record.agent_whitelist = agents
         record.min_free = min_free if min_free else None
-        log.info("framework filters set", framework=record.id,
-                 agents=sorted(agents) if agents is not None else None,
-                 min_free=str(record.min_free) if record.min_free else None)
+        log.info(
+            "framework filters set",
+            framework=record.id,
+            agents=sorted(agents) if agents is not None else None,
+            min_free=str(record.min_free) if record.min_free else None,
+        )
         self.state.request_allocation()

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 class AgentLinks(Protocol):
     """What the health check needs of the master service."""
 
-    agent_links: Collection[Any]
-    """Connections that carry agents (each has ``last_received``, in clock time)."""
+    @property
+    def agent_links(self) -> Collection[Any]:
+        """Connections that carry agents (each has ``last_received``, in clock time)."""
 
     def agent_link_silent(self, link: Any, silent: float) -> None:
         """Nothing came from ``link`` for ``silent`` seconds: its agents are lost."""

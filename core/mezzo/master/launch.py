@@ -62,8 +62,9 @@ class LaunchPlan:
     """What the accepted tasks (and new executors) take of it."""
 
 
-def _reject(task: TaskInfo | None, framework_id: str, state: int, reason: str, message: str,
-            agent_id: str = "") -> TaskStatus:
+def _reject(
+    task: TaskInfo | None, framework_id: str, state: int, reason: str, message: str, agent_id: str = ""
+) -> TaskStatus:
     return TaskStatus(
         task_id=(task.task_id if task is not None and isinstance(task.task_id, str) else "") or "",
         state=state,
@@ -105,12 +106,16 @@ def check_launch(
     # master when the launch is dropped (the framework answered them).
     plan.offers = list(valid.values())
     if bad is not None:
-        return drop_all(OFFER_UNKNOWN, f"offer {bad!r} is unknown, rescinded, repeated or not this framework's")
+        return drop_all(
+            OFFER_UNKNOWN, f"offer {bad!r} is unknown, rescinded, repeated or not this framework's"
+        )
     if not plan.offers:
         return drop_all(OFFER_UNKNOWN, "launch_tasks named no offer")
     agent_ids = {o.agent_id for o in plan.offers}
     if len(agent_ids) > 1:
-        return drop_all(OFFERS_ON_SEVERAL_AGENTS, f"offers span several agents: {', '.join(sorted(agent_ids))}")
+        return drop_all(
+            OFFERS_ON_SEVERAL_AGENTS, f"offers span several agents: {', '.join(sorted(agent_ids))}"
+        )
     (agent_id,) = agent_ids
     agent = agents.get(agent_id)
     if agent is None or not agent.connected:
@@ -133,20 +138,30 @@ def check_launch(
         resources, executor_resources = status
         need = resources if executor_resources is None else resources + executor_resources
         if not need.fits_in(left):
-            plan.rejected.append(_reject(
-                task, fid, TaskState.TASK_ERROR, INSUFFICIENT_RESOURCES,
-                "task needs more than is left of its offers: " + "; ".join(need.shortfall(left)),
-                agent_id,
-            ))
+            plan.rejected.append(
+                _reject(
+                    task,
+                    fid,
+                    TaskState.TASK_ERROR,
+                    INSUFFICIENT_RESOURCES,
+                    "task needs more than is left of its offers: " + "; ".join(need.shortfall(left)),
+                    agent_id,
+                )
+            )
             continue
         if task.long is True and long_left is not None:
             if not resources.fits_in(long_left):
-                plan.rejected.append(_reject(
-                    task, fid, TaskState.TASK_ERROR, INSUFFICIENT_LONG_TASK_ROOM,
-                    "long task needs more than the agent's long-task room left: "
-                    + "; ".join(resources.shortfall(long_left)),
-                    agent_id,
-                ))
+                plan.rejected.append(
+                    _reject(
+                        task,
+                        fid,
+                        TaskState.TASK_ERROR,
+                        INSUFFICIENT_LONG_TASK_ROOM,
+                        "long task needs more than the agent's long-task room left: "
+                        + "; ".join(resources.shortfall(long_left)),
+                        agent_id,
+                    )
+                )
                 continue
             long_left = long_left - resources
         left = left - need

@@ -30,10 +30,17 @@ from ..services import AGENT, MASTER, SCHEDULER
 
 log = structlog.get_logger("mezzo.master", component="master")
 
-AGENT_CALLS = frozenset({
-    "register_agent", "reregister_agent", "status_update", "executor_exited",
-    "executor_to_framework", "pong", "container_statistics",
-})
+AGENT_CALLS = frozenset(
+    {
+        "register_agent",
+        "reregister_agent",
+        "status_update",
+        "executor_exited",
+        "executor_to_framework",
+        "pong",
+        "container_statistics",
+    }
+)
 """Master calls only agents make (the rest, but tools', are schedulers')."""
 
 TOOL_CALLS = frozenset({"request_state", "request_metrics"})

@@ -115,12 +115,18 @@ class ShortTaskLimit(PeriodicCheck):
             agent = state.agents.get(task.agent_id) if task is not None else None
             if task is None or agent is None or agent.conn is None:
                 continue  # ended, or its agent is away (its end or loss will be reported)
-            message = (f"revoked: task ran longer than master.short_task_max ({self.max_seconds:g} s) "
-                       f"without being marked long")
-            log.info("revoking a short task past short_task_max", framework=fid, task=tid, agent=agent.id,
-                     max_seconds=self.max_seconds)
+            message = (
+                f"revoked: task ran longer than master.short_task_max ({self.max_seconds:g} s) "
+                f"without being marked long"
+            )
+            log.info(
+                "revoking a short task past short_task_max",
+                framework=fid,
+                task=tid,
+                agent=agent.id,
+                max_seconds=self.max_seconds,
+            )
             send_kill(state, agent, fid, tid, grace=self.grace, message=message)
             self.tasks_revoked += 1
             revoked.append(task)
         return revoked
-

@@ -68,8 +68,14 @@ log = structlog.get_logger("mezzo.master", component="master")
 class Master:
     """The mezzo master. See the module docstring."""
 
-    def __init__(self, config: MasterConfig, plugins: Plugins, *, clock: Clock | None = None,
-                 outbox: Outbox | None = None) -> None:
+    def __init__(
+        self,
+        config: MasterConfig,
+        plugins: Plugins,
+        *,
+        clock: Clock | None = None,
+        outbox: Outbox | None = None,
+    ) -> None:
         self.config = config
         self.plugins = plugins
         self.clock: Clock = clock if clock is not None else LoopClock()
@@ -78,10 +84,13 @@ class Master:
         """The one boundary of every call into a component (:mod:`mezzo.plugin_guard`)."""
         check_settings_tables(plugins, "allocator", config.allocator.settings, "master.allocator")
         check_settings_tables(plugins, "offer_filter", config.offer_filter_settings, "master.offer_filter")
-        check_settings_tables(plugins, "revocation_policy", config.revocation_policy.settings,
-                              "master.revocation_policy")
+        check_settings_tables(
+            plugins, "revocation_policy", config.revocation_policy.settings, "master.revocation_policy"
+        )
         self.revocation_policy = plugins.registry.create(
-            "revocation_policy", config.revocation_policy.name, config.revocation_policy.selected_settings(),
+            "revocation_policy",
+            config.revocation_policy.name,
+            config.revocation_policy.selected_settings(),
             key=f"master.revocation_policy.{config.revocation_policy.name}",
             selected_by="master.revocation_policy.name",
         )
@@ -136,22 +145,34 @@ class Master:
         master_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         name = config.allocator.name
         allocator = plugins.registry.create(
-            "allocator", name, config.allocator.selected_settings(),
-            key=f"master.allocator.{name}", selected_by="master.allocator.name",
+            "allocator",
+            name,
+            config.allocator.selected_settings(),
+            key=f"master.allocator.{name}",
+            selected_by="master.allocator.name",
         )
         offer_filters = [
             plugins.registry.create(
-                "offer_filter", n, config.offer_filter_settings.get(n, {}),
-                key=f"master.offer_filter.{n}", selected_by="master.offer_filters",
+                "offer_filter",
+                n,
+                config.offer_filter_settings.get(n, {}),
+                key=f"master.offer_filter.{n}",
+                selected_by="master.offer_filters",
             )
             for n in config.offer_filters
         ]
         state = ClusterState(
-            master_id=master_id, config=config, allocator=GuardedAllocator(allocator, self.guard),
+            master_id=master_id,
+            config=config,
+            allocator=GuardedAllocator(allocator, self.guard),
             offer_filters=offer_filters,
             builtin_filters=[AgentListFilter({}, key="builtin"), MinFreeFilter({}, key="builtin")],
-            registry=self.registry, observe=plugins.observe, guard=self.guard, clock=self.clock,
-            outbox=self.outbox, min_offer=self.min_offer,
+            registry=self.registry,
+            observe=plugins.observe,
+            guard=self.guard,
+            clock=self.clock,
+            outbox=self.outbox,
+            min_offer=self.min_offer,
         )
         recovery = Recovery(state)
         frameworks = FrameworkLifecycle(state)
@@ -159,16 +180,36 @@ class Master:
         tasks = TaskLifecycle(state, recovery)
         allocation = Allocation(state, recovery, interval=config.allocation_interval, totals=self.totals)
         state.request_allocation = allocation.request
-        service = MasterService(state, frameworks, agents, tasks, address=lambda: self.address,
-                                render_state=self.snapshots.request, metrics=self.metrics)
-        health = AgentHealth(service, self.clock, interval=config.agent_ping_interval,
-                             timeout=config.agent_ping_timeout)
-        term = Term(state=state, frameworks=frameworks, agents=agents, tasks=tasks, recovery=recovery,
-                    allocation=allocation, service=service, health=health)
+        service = MasterService(
+            state,
+            frameworks,
+            agents,
+            tasks,
+            address=lambda: self.address,
+            render_state=self.snapshots.request,
+            metrics=self.metrics,
+        )
+        health = AgentHealth(
+            service, self.clock, interval=config.agent_ping_interval, timeout=config.agent_ping_timeout
+        )
+        term = Term(
+            state=state,
+            frameworks=frameworks,
+            agents=agents,
+            tasks=tasks,
+            recovery=recovery,
+            allocation=allocation,
+            service=service,
+            health=health,
+        )
         if config.revocation_delay > 0:
-            term.revocation = RevocationMonitor(state, recovery, self.revocation_policy,
-                                                delay=config.revocation_delay,
-                                                grace=config.revocation_grace_period)
+            term.revocation = RevocationMonitor(
+                state,
+                recovery,
+                self.revocation_policy,
+                delay=config.revocation_delay,
+                grace=config.revocation_grace_period,
+            )
             state.watchers.append(term.revocation)
         if config.short_task_max > 0:
             term.short_tasks = ShortTaskLimit(state, config.short_task_max, config.revocation_grace_period)
@@ -193,8 +234,12 @@ class Master:
             # What others must dial, published in ZooKeeper and sent to schedulers.
             self.address = f"{socket.getfqdn()}:{bound[1]}"
         tune_gc()
-        log.info("master started", address=self.address, allocator=self.config.allocator.name,
-                 zk=str(self.zk_url) if self.zk_url else None)
+        log.info(
+            "master started",
+            address=self.address,
+            allocator=self.config.allocator.name,
+            zk=str(self.zk_url) if self.zk_url else None,
+        )
         if self.zk_url is None:
             self.lead()  # no await since binding: no call can have arrived before this
             return
@@ -210,12 +255,21 @@ class Master:
         assert url is not None and loop is not None
         # Unreachable at start-up for a whole session timeout: give up and say so.
         connect_timeout = max(self.config.zk_session_timeout, 1.0)
-        self._detector = LeaderDetector(url, on_change=lambda leader: loop.call_soon_threadsafe(
-            self.leader_is, leader or ""), session_timeout=self.config.zk_session_timeout)
+
+        def on_change(leader: str | None) -> None:  # kazoo's thread
+            loop.call_soon_threadsafe(self.leader_is, leader or "")
+
+        self._detector = LeaderDetector(
+            url, on_change=on_change, session_timeout=self.config.zk_session_timeout
+        )
         self._detector.start(connect_timeout)
-        self._election = LeaderElection(url, self.address, on_elected=self._elected,
-                                        on_demoted=self._demoted,
-                                        session_timeout=self.config.zk_session_timeout)
+        self._election = LeaderElection(
+            url,
+            self.address,
+            on_elected=self._elected,
+            on_demoted=self._demoted,
+            session_timeout=self.config.zk_session_timeout,
+        )
         self.registry = ZkRegistry(self._election.client, url.path, loop.call_soon_threadsafe)
         self._election.start(connect_timeout)
 
@@ -257,8 +311,9 @@ class Master:
         term.begin(admitted or set())
         self.gate.serve(term.service)
         self.gate.open()
-        log.info("leading", address=self.address, master_id=self.id,
-                 awaiting_agents=len(term.recovery.awaiting))
+        log.info(
+            "leading", address=self.address, master_id=self.id, awaiting_agents=len(term.recovery.awaiting)
+        )
         self.plugins.observe.mezzo_leader_elected(master=self.address)
 
     def step_down(self, reason: str) -> None:

@@ -38,8 +38,9 @@ class OfferBook:
     def get(self, offer_id: str) -> OfferRecord | None:
         return self.offers.get(offer_id)
 
-    def create(self, framework: FrameworkRecord, agent: AgentRecord, resources: Resources,
-               now: float) -> OfferRecord:
+    def create(
+        self, framework: FrameworkRecord, agent: AgentRecord, resources: Resources, now: float
+    ) -> OfferRecord:
         """Record a new offer of ``resources`` (already taken from ``agent.free``)."""
         offer = OfferRecord(
             id=f"{self._prefix}-O{next(self._ids)}",
@@ -55,8 +56,9 @@ class OfferBook:
             self._expiry_queue.append(offer)
         return offer
 
-    def remove(self, offer: OfferRecord, framework: FrameworkRecord | None,
-               agent: AgentRecord | None) -> None:
+    def remove(
+        self, offer: OfferRecord, framework: FrameworkRecord | None, agent: AgentRecord | None
+    ) -> None:
         """Forget ``offer``; the caller returns its resources where they belong."""
         if self.offers.pop(offer.id, None) is None:
             return

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..services import AGENT, SCHEDULER
 

@@ -72,9 +72,18 @@ class AgentRecord:
         "total",
     )
 
-    def __init__(self, id: str, info: AgentInfo, conn: Any, total: Resources, free: Resources,
-                 connected: bool = True, offerable: dict[str, AgentRecord] | None = None,
-                 min_offer: Resources | None = None, long_limit: Resources | None = None) -> None:
+    def __init__(
+        self,
+        id: str,
+        info: AgentInfo,
+        conn: Any,
+        total: Resources,
+        free: Resources,
+        connected: bool = True,
+        offerable: dict[str, AgentRecord] | None = None,
+        min_offer: Resources | None = None,
+        long_limit: Resources | None = None,
+    ) -> None:
         self.id = id
         self.info = info
         self.conn = conn
@@ -205,7 +214,9 @@ class TaskTable(dict):
         pairs: dict[str, list[tuple[int, int]]] = {}
         for name, b, e in self._ranges:
             pairs.setdefault(name, []).append((b, e))
-        return Resources._raw(milli, {name: [Range(b, e) for b, e in _merge(ps)] for name, ps in pairs.items()})
+        return Resources._raw(
+            milli, {name: [Range(b, e) for b, e in _merge(ps)] for name, ps in pairs.items()}
+        )
 
     def executors(self) -> Any:
         """The distinct (agent id, executor id) the tasks run in (a view)."""
@@ -224,8 +235,8 @@ class TaskTable(dict):
                     ranges[key] = ranges.get(key, 0) + 1
         eid = task.executor_id
         if eid:
-            key = (task.agent_id, eid)
-            self._executors[key] = self._executors.get(key, 0) + 1
+            executor = (task.agent_id, eid)
+            self._executors[executor] = self._executors.get(executor, 0) + 1
 
     def _drop(self, task: TaskRecord) -> None:
         res = task.resources
@@ -279,7 +290,7 @@ class TaskTable(dict):
         for key, task in dict(*args, **kwargs).items():
             self[key] = task
 
-    def __ior__(self, other: Any) -> TaskTable:
+    def __ior__(self, other: Any) -> TaskTable:  # type: ignore[misc]  # dict's | makes a dict; |= must keep the sums
         self.update(other)
         return self
 

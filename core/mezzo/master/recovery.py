@@ -80,8 +80,12 @@ class Recovery:
             return
         self.holding = False
         state = self._state
-        log.info("recovery: offers resume", why=why, missing_agents=len(self.awaiting),
-                 seconds=round(state.now() - self._started, 3))
+        log.info(
+            "recovery: offers resume",
+            why=why,
+            missing_agents=len(self.awaiting),
+            seconds=round(state.now() - self._started, 3),
+        )
         deferred, self._deferred = self._deferred, []
         for action in deferred:
             try:
@@ -95,8 +99,11 @@ class Recovery:
         missing, self.awaiting = sorted(self.awaiting), set()
         for agent_id in missing:
             state.registry.remove(agent_id)
-            log.warning("admitted agent did not re-register after failover; removed", agent=agent_id,
-                        timeout=state.config.agent_reregister_timeout)
+            log.warning(
+                "admitted agent did not re-register after failover; removed",
+                agent=agent_id,
+                timeout=state.config.agent_reregister_timeout,
+            )
             state.observe.mezzo_agent_removed(agent_id=agent_id, reason="did not re-register after failover")
             state.tell_agent_lost(agent_id)
         self._end_hold("agent_reregister_timeout passed")

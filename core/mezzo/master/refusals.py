@@ -145,8 +145,9 @@ class RefuseFilters:
     def __len__(self) -> int:
         return self._count
 
-    def add(self, framework_id: str, agent_id: str, resources: Resources, until: float,
-            free: Resources) -> None:
+    def add(
+        self, framework_id: str, agent_id: str, resources: Resources, until: float, free: Resources
+    ) -> None:
         """Refuse ``resources`` of ``agent_id`` for ``framework_id`` until loop time
         ``until``; ``free`` is the agent's free pool now (with ``resources`` back in
         it, reported by :meth:`free_grew` first). A second refusal of the same agent

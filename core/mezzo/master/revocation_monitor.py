@@ -93,8 +93,9 @@ class RevocationMonitor(PeriodicCheck):
 
     log = log  # this module's logger, with its component
 
-    def __init__(self, state: ClusterState, recovery: Recovery, policy: RevocationPolicy, *, delay: float,
-                 grace: float) -> None:
+    def __init__(
+        self, state: ClusterState, recovery: Recovery, policy: RevocationPolicy, *, delay: float, grace: float
+    ) -> None:
         self.cluster = state
         self.recovery = recovery
         self.policy = policy
@@ -207,7 +208,9 @@ class RevocationMonitor(PeriodicCheck):
         coming: dict[str, Resources] = {}
         for entry in self.revoking.values():
             if entry.for_framework_id:
-                coming[entry.for_framework_id] = coming.get(entry.for_framework_id, Resources()) + entry.resources
+                coming[entry.for_framework_id] = (
+                    coming.get(entry.for_framework_id, Resources()) + entry.resources
+                )
         return coming
 
     def _rescind_offers_above_guarantee(self, starving: set[str], held: dict[str, Resources]) -> bool:
@@ -222,13 +225,17 @@ class RevocationMonitor(PeriodicCheck):
             if record.id in starving or not record.offers:
                 continue
             sat_on = [o for o in record.offers.values() if o.created_at <= old]
-            if sat_on and above_guarantee(held.get(record.id, Resources()),
-                                          state.allocator.guaranteed_share(record.id)):
+            if sat_on and above_guarantee(
+                held.get(record.id, Resources()), state.allocator.guaranteed_share(record.id)
+            ):
                 offers.extend(sat_on)
         if not offers:
             return False
-        log.info("rescinding offers of frameworks above their guarantees for starved frameworks",
-                 offers=len(offers), starved=sorted(starving))
+        log.info(
+            "rescinding offers of frameworks above their guarantees for starved frameworks",
+            offers=len(offers),
+            starved=sorted(starving),
+        )
         self.offers_rescinded += len(offers)
         state.rescind_offers(offers, notify=True)
         for agent_id in {o.agent_id for o in offers}:
@@ -252,16 +259,22 @@ class RevocationMonitor(PeriodicCheck):
             allocated = held.get(fid, Resources())
             guaranteed = state.allocator.guaranteed_share(fid)
             dying = {tid for f, tid in self.revoking if f == fid} if self.revoking else ()
-            candidates = (t for t in record.tasks.values()
-                          if not t.kill_requested and t.state not in excluded
-                          and (not dying or t.info.task_id not in dying)
-                          and (agent := agents.get(t.agent_id)) is not None and agent.conn is not None)
+            candidates = (
+                t
+                for t in record.tasks.values()
+                if not t.kill_requested
+                and t.state not in excluded
+                and (not dying or t.info.task_id not in dying)
+                and (agent := agents.get(t.agent_id)) is not None
+                and agent.conn is not None
+            )
             if above_guarantee(allocated, guaranteed):
                 tasks = [t.held or _held_task(t) for t in candidates]
                 if tasks:
                     self._listed.add(fid)
-                    holders.append(Holder(framework_id=fid, allocated=allocated, guaranteed=guaranteed,
-                                          tasks=tasks))
+                    holders.append(
+                        Holder(framework_id=fid, allocated=allocated, guaranteed=guaranteed, tasks=tasks)
+                    )
             elif next(candidates, None) is not None:
                 holders.append(Holder(framework_id=fid, allocated=allocated, guaranteed=guaranteed, tasks=()))
         return holders
@@ -283,18 +296,27 @@ class RevocationMonitor(PeriodicCheck):
         if fid not in self._listed or not isinstance(tid, str):
             return False
         record = self.cluster.frameworks.get(fid)
-        task = record.tasks.get(tid) if record is not None else None
+        if record is None:
+            return False
+        task = record.tasks.get(tid)
         return task is not None and self._revocable(record, task)
 
-    def _revoke(self, victims: list[Victim], holders: list[Holder], starving: set[str], now: float) -> list[Victim]:
+    def _revoke(
+        self, victims: list[Victim], holders: list[Holder], starving: set[str], now: float
+    ) -> list[Victim]:
         state = self.cluster
         killed = []
         for victim in victims:
-            key = (getattr(victim, "framework_id", None), getattr(victim, "task_id", None))
-            if not self._offered(key) or key in self.revoking:
-                log.error("revocation policy named a task it was not offered, or one twice; skipped",
-                          policy=self.policy.name, framework=key[0], task=key[1])
+            named = (getattr(victim, "framework_id", None), getattr(victim, "task_id", None))
+            if not self._offered(named) or named in self.revoking:
+                log.error(
+                    "revocation policy named a task it was not offered, or one twice; skipped",
+                    policy=self.policy.name,
+                    framework=named[0],
+                    task=named[1],
+                )
                 continue
+            key = (str(named[0]), str(named[1]))  # both are ids: _offered checked them
             task = state.frameworks[key[0]].tasks[key[1]]
             agent = state.agents[task.agent_id]
             reason = str(victim.reason or "revoked")
@@ -302,10 +324,25 @@ class RevocationMonitor(PeriodicCheck):
             self.served.add(for_fid or next(iter(starving)))
             self.revoking[key] = Revoking(key[0], key[1], agent.id, task.resources, for_fid, reason, now)
             self.tasks_revoked += 1
-            self.recent.append({"framework_id": key[0], "task_id": key[1], "agent_id": agent.id,
-                                "for_framework_id": for_fid, "reason": reason, "at": time.time()})
-            log.info("revoking task", framework=key[0], task=key[1], agent=agent.id, starved=for_fid,
-                     grace=self.grace, reason=reason)
+            self.recent.append(
+                {
+                    "framework_id": key[0],
+                    "task_id": key[1],
+                    "agent_id": agent.id,
+                    "for_framework_id": for_fid,
+                    "reason": reason,
+                    "at": time.time(),
+                }
+            )
+            log.info(
+                "revoking task",
+                framework=key[0],
+                task=key[1],
+                agent=agent.id,
+                starved=for_fid,
+                grace=self.grace,
+                reason=reason,
+            )
             send_kill(state, agent, key[0], key[1], grace=self.grace, message=f"revoked: {reason}")
             killed.append(victim)
         return killed
@@ -317,8 +354,13 @@ class RevocationMonitor(PeriodicCheck):
             gone = record is None or entry.task_id not in record.tasks
             if gone or now - entry.at > self.grace + STALE_AFTER:
                 if not gone:
-                    log.warning("revoked task still not gone; it may be chosen again", framework=entry.framework_id,
-                                task=entry.task_id, agent=entry.agent_id, seconds=round(now - entry.at, 1))
+                    log.warning(
+                        "revoked task still not gone; it may be chosen again",
+                        framework=entry.framework_id,
+                        task=entry.task_id,
+                        agent=entry.agent_id,
+                        seconds=round(now - entry.at, 1),
+                    )
                 del self.revoking[key]
 
     # -- state ----------------------------------------------------------------
@@ -329,10 +371,23 @@ class RevocationMonitor(PeriodicCheck):
             "delay": self.delay,
             "grace_period": self.grace,
             "policy": self.policy.name,
-            "starved": [{"framework_id": s.framework_id, "wants": s.wants.to_dict(),
-                         "waiting_seconds": round(s.waiting_seconds, 3)} for s in self.starved_now],
-            "revoking": [{"framework_id": e.framework_id, "task_id": e.task_id, "agent_id": e.agent_id,
-                          "for_framework_id": e.for_framework_id} for e in self.revoking.values()],
+            "starved": [
+                {
+                    "framework_id": s.framework_id,
+                    "wants": s.wants.to_dict(),
+                    "waiting_seconds": round(s.waiting_seconds, 3),
+                }
+                for s in self.starved_now
+            ],
+            "revoking": [
+                {
+                    "framework_id": e.framework_id,
+                    "task_id": e.task_id,
+                    "agent_id": e.agent_id,
+                    "for_framework_id": e.for_framework_id,
+                }
+                for e in self.revoking.values()
+            ],
             "tasks_revoked": self.tasks_revoked,
             "offers_rescinded": self.offers_rescinded,
             "recent": list(self.recent),
@@ -341,18 +396,25 @@ class RevocationMonitor(PeriodicCheck):
 
 def _held_task(task: TaskRecord) -> HeldTask:
     """The task as a policy sees it, made once and kept on its record."""
-    task.held = HeldTask(task_id=task.info.task_id, agent_id=task.agent_id, resources=task.resources,
-                         started_at=task.launched_at, long=task.info.long is True)
+    task.held = HeldTask(
+        task_id=task.info.task_id,
+        agent_id=task.agent_id,
+        resources=task.resources,
+        started_at=task.launched_at,
+        long=task.info.long is True,
+    )
     return task.held
 
 
-def send_kill(state: ClusterState, agent: AgentRecord, framework_id: str, task_id: str, *, grace: float,
-              message: str) -> None:
+def send_kill(
+    state: ClusterState, agent: AgentRecord, framework_id: str, task_id: str, *, grace: float, message: str
+) -> None:
     """Ask ``agent`` to kill a task for the master's own reasons: with ``grace``
     instead of the agent's ``kill_grace_period``, and reason ``revoked`` and
     ``message`` on the task's kill updates. ``agent`` must be connected."""
-    state.outbox.agent(agent.conn).kill_task(framework_id, task_id, KillPolicy(
-        grace_seconds=grace, reason=REVOKED_REASON, message=message))
+    state.outbox.agent(agent.conn).kill_task(
+        framework_id, task_id, KillPolicy(grace_seconds=grace, reason=REVOKED_REASON, message=message)
+    )
 
 
 def holding(state: ClusterState, record: FrameworkRecord, *, offers: bool = True) -> Resources:

@@ -63,10 +63,17 @@ class MasterService:
     ``metrics()`` answer the tools.
     """
 
-    def __init__(self, state: ClusterState, frameworks: FrameworkLifecycle, agents: AgentLifecycle,
-                 tasks: TaskLifecycle, *, address: Callable[[], str],
-                 render_state: Callable[[Callable[[str], None]], None],
-                 metrics: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        frameworks: FrameworkLifecycle,
+        agents: AgentLifecycle,
+        tasks: TaskLifecycle,
+        *,
+        address: Callable[[], str],
+        render_state: Callable[[Callable[[str], None]], None],
+        metrics: Callable[[], dict[str, Any]],
+    ) -> None:
         self.state = state
         self.frameworks = frameworks
         self.agents = agents
@@ -87,7 +94,9 @@ class MasterService:
             record = self.state.frameworks.get(framework_id)
         if record is None:
             log.warning("call from unregistered framework", call=call, framework=framework_id, peer=conn.peer)
-            conn.remote(SCHEDULER).error(f"{call}: framework {framework_id!r} is not registered on this connection")
+            conn.remote(SCHEDULER).error(
+                f"{call}: framework {framework_id!r} is not registered on this connection"
+            )
         return record
 
     def _agent_of(self, conn: Any, call: str, agent_id: str = "") -> AgentRecord | None:
@@ -101,8 +110,12 @@ class MasterService:
             elif len(tag.agent_ids) == 1:
                 agent = self.state.agents.get(next(iter(tag.agent_ids)))
         if agent is None:
-            log.warning("agent call from a peer not registered as that agent", call=call,
-                        agent=agent_id, peer=conn.peer)
+            log.warning(
+                "agent call from a peer not registered as that agent",
+                call=call,
+                agent=agent_id,
+                peer=conn.peer,
+            )
         return agent
 
     def _attach_agent(self, conn: Any, agent_id: str) -> None:
@@ -127,7 +140,11 @@ class MasterService:
 
     def register_framework(self, conn: Any, framework: FrameworkInfo) -> None:
         scheduler = conn.remote(SCHEDULER)
-        if not isinstance(framework, FrameworkInfo) or not isinstance(framework.name, str) or not framework.name.strip():
+        if (
+            not isinstance(framework, FrameworkInfo)
+            or not isinstance(framework.name, str)
+            or not framework.name.strip()
+        ):
             scheduler.error("register_framework: FrameworkInfo.name is required")
             return
         if isinstance(conn.tag, AgentTag):
@@ -141,7 +158,9 @@ class MasterService:
         fid = framework.framework_id if isinstance(framework.framework_id, str) else ""
         framework.framework_id = fid or None
         if isinstance(conn.tag, FrameworkTag) and conn.tag.framework_id != fid:
-            scheduler.error(f"register_framework: this connection is already framework {conn.tag.framework_id}")
+            scheduler.error(
+                f"register_framework: this connection is already framework {conn.tag.framework_id}"
+            )
             return
         state = self.state
         existing = state.frameworks.get(fid) if fid else None
@@ -157,8 +176,10 @@ class MasterService:
         if fid in state.removed_frameworks:
             # Its tasks were killed when it was removed; letting it back in under the
             # same id would make them vanish without a word. It must register anew.
-            scheduler.error(f"framework {fid} was removed ({state.removed_frameworks[fid]}); "
-                            "register without a framework id to start again")
+            scheduler.error(
+                f"framework {fid} was removed ({state.removed_frameworks[fid]}); "
+                "register without a framework id to start again"
+            )
             return
         record = self.frameworks.register(conn, framework, self._address())
         conn.tag = FrameworkTag(record.id)
@@ -178,12 +199,13 @@ class MasterService:
         record = self._framework_of(conn, framework_id, "set_filters")
         if record is None:
             return
-        agents = getattr(filters, "agents", None)
+        agents = filters.agents if filters is not None else None
         if agents is not None and not all(isinstance(a, str) for a in agents):
             conn.remote(SCHEDULER).error("set_filters: agents must be a list of agent ids or hostnames")
             return
+        wanted = filters.min_free if filters is not None else None
         try:
-            min_free = Resources.of(filters.min_free) if getattr(filters, "min_free", None) is not None else None
+            min_free = Resources.of(wanted) if wanted is not None else None
         except InvalidResources as exc:
             conn.remote(SCHEDULER).error(f"set_filters: min_free: {exc}")
             return
@@ -192,17 +214,27 @@ class MasterService:
     def request_guaranteed_share(self, conn: Any, framework_id: str, request_id: int) -> None:
         record = self._framework_of(conn, framework_id, "request_guaranteed_share")
         if record is not None:
-            conn.remote(SCHEDULER).guaranteed_share(request_id, self.state.allocator.guaranteed_share(framework_id))
+            conn.remote(SCHEDULER).guaranteed_share(
+                request_id, self.state.allocator.guaranteed_share(framework_id)
+            )
 
     # -- offers and tasks -----------------------------------------------------------------
 
-    def launch_tasks(self, conn: Any, framework_id: str, offer_ids: list[str], tasks: list[TaskInfo],
-                     filters: Filters | None) -> None:
+    def launch_tasks(
+        self,
+        conn: Any,
+        framework_id: str,
+        offer_ids: list[str],
+        tasks: list[TaskInfo],
+        filters: Filters | None,
+    ) -> None:
         record = self._framework_of(conn, framework_id, "launch_tasks")
         if record is not None:
             self.tasks.launch(record, offer_ids, tasks, filters)
 
-    def decline_offer(self, conn: Any, framework_id: str, offer_ids: list[str], filters: Filters | None) -> None:
+    def decline_offer(
+        self, conn: Any, framework_id: str, offer_ids: list[str], filters: Filters | None
+    ) -> None:
         record = self._framework_of(conn, framework_id, "decline_offer")
         if record is None:
             return
@@ -221,8 +253,9 @@ class MasterService:
         if record is not None:
             self.tasks.kill(record, task_id)
 
-    def acknowledge_status_update(self, conn: Any, framework_id: str, agent_id: str, task_id: str,
-                                  uuid_: str) -> None:
+    def acknowledge_status_update(
+        self, conn: Any, framework_id: str, agent_id: str, task_id: str, uuid_: str
+    ) -> None:
         record = self._framework_of(conn, framework_id, "acknowledge_status_update")
         if record is not None:
             self.tasks.acknowledge(record, agent_id, task_id, uuid_)
@@ -232,8 +265,9 @@ class MasterService:
         if record is not None:
             self.tasks.reconcile(record, statuses)
 
-    def framework_to_executor(self, conn: Any, framework_id: str, agent_id: str, executor_id: str,
-                              data: bytes) -> None:
+    def framework_to_executor(
+        self, conn: Any, framework_id: str, agent_id: str, executor_id: str, data: bytes
+    ) -> None:
         record = self._framework_of(conn, framework_id, "framework_to_executor")
         if record is not None:
             self.tasks.framework_to_executor(record, agent_id, executor_id, data)
@@ -270,8 +304,14 @@ class MasterService:
             record = self.agents.register(conn, agent, total)
             self._attach_agent(conn, record.id)
 
-    def reregister_agent(self, conn: Any, agent: AgentInfo, tasks: list[RunningTask],
-                         executors: list[ExecutorInfo], frameworks: Sequence[FrameworkInfo] = ()) -> None:
+    def reregister_agent(
+        self,
+        conn: Any,
+        agent: AgentInfo,
+        tasks: list[RunningTask],
+        executors: list[ExecutorInfo],
+        frameworks: Sequence[FrameworkInfo] = (),
+    ) -> None:
         total = self._check_agent(conn, agent, "reregister_agent")
         if total is None:
             return
@@ -295,14 +335,16 @@ class MasterService:
             status.agent_id = agent.id
             self.tasks.status_update(agent, status)
 
-    def executor_exited(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
-                        exit_status: int, message: str) -> None:
+    def executor_exited(
+        self, conn: Any, agent_id: str, framework_id: str, executor_id: str, exit_status: int, message: str
+    ) -> None:
         agent = self._agent_of(conn, "executor_exited", agent_id)
         if agent is not None:
             self.agents.executor_exited(agent, framework_id, executor_id, exit_status, message)
 
-    def executor_to_framework(self, conn: Any, agent_id: str, framework_id: str, executor_id: str,
-                              data: bytes) -> None:
+    def executor_to_framework(
+        self, conn: Any, agent_id: str, framework_id: str, executor_id: str, data: bytes
+    ) -> None:
         agent = self._agent_of(conn, "executor_to_framework", agent_id)
         record = self.state.frameworks.get(framework_id)
         if agent is not None and record is not None and record.conn is not None:

@@ -141,8 +141,13 @@ class ClusterState:
             agent.free = agent.free + resources
             self.refusals.free_grew(agent.id, agent.free)
 
-    def give_back(self, framework: FrameworkRecord | None, agent: AgentRecord | None, resources: Resources,
-                  refuse_seconds: float) -> None:
+    def give_back(
+        self,
+        framework: FrameworkRecord | None,
+        agent: AgentRecord | None,
+        resources: Resources,
+        refuse_seconds: float,
+    ) -> None:
         """``resources`` leave ``framework``'s hands for ``agent``'s free pool, refused
         to the framework for ``refuse_seconds`` (declined, or unused of an offer)."""
         if framework is not None:
@@ -175,8 +180,13 @@ class ClusterState:
         if not expired:
             return
         for offer in expired:
-            log.info("offer rescinded: timeout", framework=offer.framework_id, agent=offer.agent_id,
-                        offer=offer.id, timeout=self.config.offer_timeout)
+            log.info(
+                "offer rescinded: timeout",
+                framework=offer.framework_id,
+                agent=offer.agent_id,
+                offer=offer.id,
+                timeout=self.config.offer_timeout,
+            )
         # A framework that sat on an offer is treated as having declined it, so the
         # re-offer goes to someone else first (hoarding was a top Mesos complaint).
         self.rescind_offers(expired, notify=True, refuse_seconds=self.config.refuse_seconds)
@@ -185,7 +195,12 @@ class ClusterState:
         """How long a decline or an unused remainder is refused: the framework's
         ``Filters.refuse_seconds`` when it is a number >= 0, else ``master.refuse_seconds``."""
         value = getattr(filters, "refuse_seconds", None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and not math.isnan(value):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and value >= 0
+            and not math.isnan(value)
+        ):
             return float(value)
         return self.config.refuse_seconds
 
@@ -208,7 +223,9 @@ class ClusterState:
             long_tasks.task_released(agent, task)
             self.free_up(agent, task.resources)
 
-    def end_task(self, task: TaskRecord, agent: AgentRecord | None, state: int, reason: str, message: str) -> None:
+    def end_task(
+        self, task: TaskRecord, agent: AgentRecord | None, state: int, reason: str, message: str
+    ) -> None:
         """The master ends ``task`` itself (its agent or framework went away): release
         it and remember how it ended."""
         self.release_task(task, agent)
@@ -242,9 +259,17 @@ class ClusterState:
 
     def master_status(self, task: TaskRecord, state: int, reason: str, message: str) -> TaskStatus:
         """A status update the master itself sends about ``task``."""
-        return TaskStatus(task_id=task.id, state=state, reason=reason, message=message, source="master",
-                          agent_id=task.agent_id, executor_id=task.executor_id,
-                          framework_id=task.framework_id, timestamp=time.time())
+        return TaskStatus(
+            task_id=task.id,
+            state=state,
+            reason=reason,
+            message=message,
+            source="master",
+            agent_id=task.agent_id,
+            executor_id=task.executor_id,
+            framework_id=task.framework_id,
+            timestamp=time.time(),
+        )
 
     def forget_framework(self, framework_id: str, reason: str) -> None:
         """Remember that ``framework_id`` was removed, so it cannot come back (bounded)."""
@@ -257,8 +282,8 @@ class ClusterState:
     def links(self) -> Iterator[Any]:
         """The links of every connected framework and agent (each once)."""
         seen: set[int] = set()
-        for record in [*self.frameworks.values(), *self.agents.values()]:
-            link = record.conn
+        links = [f.conn for f in self.frameworks.values()] + [a.conn for a in self.agents.values()]
+        for link in links:
             if link is not None and id(link) not in seen:
                 seen.add(id(link))
                 yield link

@@ -40,16 +40,23 @@ class TaskLifecycle:
         self.state = state
         self.recovery = recovery
 
-    def launch(self, record: FrameworkRecord, offer_ids: list[str], tasks: list[TaskInfo],
-               filters: Filters | None) -> None:
+    def launch(
+        self, record: FrameworkRecord, offer_ids: list[str], tasks: list[TaskInfo], filters: Filters | None
+    ) -> None:
         """The framework answered ``offer_ids`` with ``tasks`` (the paper's replyToOffer)."""
         state = self.state
         plan = launch_rules.check_launch(record, offer_ids, tasks, state.offer_book.offers, state.agents)
         scheduler = state.outbox.scheduler(record.conn)
         for status in plan.rejected:
             status.timestamp = time.time()
-            log.info("task rejected", framework=record.id, task=status.task_id,
-                     state=state_name(status.state), reason=status.reason, message=status.message)
+            log.info(
+                "task rejected",
+                framework=record.id,
+                task=status.task_id,
+                state=state_name(status.state),
+                reason=status.reason,
+                message=status.message,
+            )
             state.observe.mezzo_task_status(framework_id=record.id, status=status)
             scheduler.status_update(status)
         agent = plan.agent
@@ -85,8 +92,13 @@ class TaskLifecycle:
         tr = TaskRecord(framework_id=record.id, agent_id=agent.id, info=task, resources=accepted.resources)
         record.tasks[task.task_id] = tr
         self.state.add_task(agent, tr)
-        log.info("launching task", framework=record.id, agent=agent.id, task=task.task_id,
-                 resources=accepted.resources)  # rendered only if logged
+        log.info(
+            "launching task",
+            framework=record.id,
+            agent=agent.id,
+            task=task.task_id,
+            resources=accepted.resources,
+        )  # rendered only if logged
         self.state.outbox.agent(agent.conn).run_task(record.info, task)
 
     def kill(self, record: FrameworkRecord, task_id: str) -> None:
@@ -97,11 +109,17 @@ class TaskLifecycle:
         task = record.tasks.get(task_id)
         agent = state.agents.get(task.agent_id) if task is not None else None
         if task is None or agent is None:
-            state.outbox.scheduler(record.conn).status_update(TaskStatus(
-                task_id=task_id, state=TaskState.TASK_LOST, reason=TASK_UNKNOWN,
-                message="kill_task: the master knows no such running task",
-                source="master", framework_id=record.id, timestamp=time.time(),
-            ))
+            state.outbox.scheduler(record.conn).status_update(
+                TaskStatus(
+                    task_id=task_id,
+                    state=TaskState.TASK_LOST,
+                    reason=TASK_UNKNOWN,
+                    message="kill_task: the master knows no such running task",
+                    source="master",
+                    framework_id=record.id,
+                    timestamp=time.time(),
+                )
+            )
             return
         task.kill_requested = True
         if agent.conn is None:
@@ -145,7 +163,9 @@ class TaskLifecycle:
         if agent is not None and agent.conn is not None:
             self.state.outbox.agent(agent.conn).status_update_acknowledged(record.id, task_id, uuid)
 
-    def framework_to_executor(self, record: FrameworkRecord, agent_id: str, executor_id: str, data: bytes) -> None:
+    def framework_to_executor(
+        self, record: FrameworkRecord, agent_id: str, executor_id: str, data: bytes
+    ) -> None:
         agent = self.state.agents.get(agent_id)
         if agent is not None and agent.conn is not None:
             self.state.outbox.agent(agent.conn).framework_to_executor(record.id, executor_id, data)
@@ -172,12 +192,23 @@ class TaskLifecycle:
         for tid in wanted:
             task = record.tasks.get(tid) or ended.get(tid)
             if task is None:
-                scheduler.status_update(self._unknown_task_status(framework_id, tid, named_agent.get(tid, "")))
+                scheduler.status_update(
+                    self._unknown_task_status(framework_id, tid, named_agent.get(tid, ""))
+                )
                 continue
-            scheduler.status_update(TaskStatus(
-                task_id=tid, state=task.state, reason="reconciliation", message=task.message,
-                source="master", agent_id=task.agent_id, executor_id=task.executor_id,
-                framework_id=framework_id, timestamp=time.time()))
+            scheduler.status_update(
+                TaskStatus(
+                    task_id=tid,
+                    state=task.state,
+                    reason="reconciliation",
+                    message=task.message,
+                    source="master",
+                    agent_id=task.agent_id,
+                    executor_id=task.executor_id,
+                    framework_id=framework_id,
+                    timestamp=time.time(),
+                )
+            )
 
     def _unknown_task_status(self, framework_id: str, task_id: str, agent_id: str) -> TaskStatus:
         """The answer for a task this master has no record of, from what it knows of
@@ -195,6 +226,13 @@ class TaskLifecycle:
             task_state, message = TaskState.TASK_DROPPED, f"agent {agent_id} does not hold this task"
         elif agent_id and state.registry.verdict(agent_id) == REFUSE:
             task_state, message = TaskState.TASK_LOST, f"agent {agent_id} was declared lost"
-        return TaskStatus(task_id=task_id, state=task_state, reason="reconciliation", message=message,
-                          source="master", agent_id=agent_id, framework_id=framework_id,
-                          timestamp=time.time())
+        return TaskStatus(
+            task_id=task_id,
+            state=task_state,
+            reason="reconciliation",
+            message=message,
+            source="master",
+            agent_id=agent_id,
+            framework_id=framework_id,
+            timestamp=time.time(),
+        )

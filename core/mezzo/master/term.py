@@ -73,4 +73,5 @@ class Term:
     def tasks_revoked(self) -> int:
         """Tasks revoked this term, by revocation and by the short-task limit."""
         return (self.revocation.tasks_revoked if self.revocation is not None else 0) + (
-            self.short_tasks.tasks_revoked if self.short_tasks is not None else 0)
+            self.short_tasks.tasks_revoked if self.short_tasks is not None else 0
+        )

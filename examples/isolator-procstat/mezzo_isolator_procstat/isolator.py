@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import Container, Isolator, Limitation
@@ -68,13 +69,18 @@ class ProcStatIsolator(Isolator):
             processes += 1
         if not processes:
             return {}
-        return {"cpu_seconds": round(cpu_ticks / CLOCK_TICKS, 3), "mem_rss_bytes": rss_pages * PAGE_SIZE,
-                "processes": processes}
+        return {
+            "cpu_seconds": round(cpu_ticks / CLOCK_TICKS, 3),
+            "mem_rss_bytes": rss_pages * PAGE_SIZE,
+            "processes": processes,
+        }
 
     async def limitation(self, container: Container) -> Limitation | None:
         if container.state.get(self.name, {}).get("time_up"):
-            return Limitation(reason="time_limit",
-                              message=f"ran longer than its limit of {self.max_seconds:g} s and was killed")
+            return Limitation(
+                reason="time_limit",
+                message=f"ran longer than its limit of {self.max_seconds:g} s and was killed",
+            )
         return None
 
     async def cleanup(self, container: Container) -> None:

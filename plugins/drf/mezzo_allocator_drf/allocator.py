@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
@@ -75,7 +75,7 @@ class DRFAllocator(Allocator):
 
     name = "drf"
     description = "weighted Dominant Resource Fairness (weights by role or framework name)"
-    known_settings = SETTINGS
+    known_settings: ClassVar[tuple[str, ...]] = SETTINGS
 
     guarantees: Guarantees | None = None
     """Configured guarantees, or None for weight-proportional ones (set by :meth:`configure`)."""
