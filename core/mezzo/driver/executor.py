@@ -190,7 +190,9 @@ class ExecutorDriver(DriverLifecycle):
         if status.state is None:
             raise ValueError("status.state must be set")
         if status.state == TaskState.TASK_STAGING:
-            raise ValueError("executors may not send TASK_STAGING (a task is staging until its executor starts it)")
+            raise ValueError(
+                "executors may not send TASK_STAGING (a task is staging until its executor starts it)"
+            )
         update = copy.copy(status)
         update.uuid = uuidlib.uuid4().hex
         update.timestamp = time.time()

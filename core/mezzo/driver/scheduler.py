@@ -69,8 +69,8 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from ..resources import InvalidResources, Resources
 from ..discovery import FixedAddress, LeaderAddress, peer_address
+from ..resources import InvalidResources, Resources
 from ..rpc import Connection
 from ..services import MASTER, SCHEDULER
 from ..wire.ttypes import (
@@ -504,8 +504,11 @@ class SchedulerDriver(DriverLifecycle):
     def _on_not_leader(self, conn: Connection, leader: str) -> None:
         # Not fatal: we dialled a standby (a stale address, or the election is
         # under way). Leave it; the dial loop finds the leader again.
-        self._log.warning("the master we reached does not lead; looking for the leader",
-                          peer=self.peer, leader=leader or "unknown")
+        self._log.warning(
+            "the master we reached does not lead; looking for the leader",
+            peer=self.peer,
+            leader=leader or "unknown",
+        )
         self._peer_not_leading(conn)
 
     def _give_up(self, message: str) -> None:
