@@ -44,8 +44,8 @@ test: setup
 # mypy runs once per distribution (see [tool.mypy] in pyproject.toml for why).
 lint: setup
 	@status=0; \
-	echo "ruff check"; $(VENV)/bin/ruff check $(LINT_PATHS) || status=1; \
-	echo "ruff format --check"; $(VENV)/bin/ruff format --check $(LINT_PATHS) || status=1; \
+	echo "ruff check"; $(VENV)/bin/ruff check --output-format concise $(LINT_PATHS) || status=1; \
+	echo "ruff format --check"; $(VENV)/bin/ruff format --check --output-format concise $(LINT_PATHS) || status=1; \
 	for root in $(DISTS) bench docs; do \
 		echo "mypy $$root"; $(VENV)/bin/mypy $$root || status=1; \
 	done; \
