@@ -10,7 +10,9 @@ import subprocess
 import time
 
 import pytest
+
 from mezzo.agent.containerizer import exit_wrapped, read_exit_file
+from mezzo.agent.exit_wrapper import command_reachable
 
 
 def run(argv, tmp_path, **kw):
@@ -47,7 +49,9 @@ def test_a_command_killed_by_a_signal_kills_the_wrapper_with_it(shell, tmp_path)
     proc = subprocess.Popen(exit_wrapped(argv, str(exit_file)), start_new_session=True,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
-    while len(_children(proc.pid)) < 1 and time.monotonic() < deadline:
+    # Until the command's process has reset the wrapper's handlers, a signal would be
+    # taken by the wrapper's shell code in it and lost (test_kill_window.py).
+    while not (_children(proc.pid) and command_reachable(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=10) == -signal.SIGTERM

@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,11 +39,26 @@ from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
+from .exit_wrapper import (  # noqa: F401 - EXIT_FILE, EXIT_WRAPPER, SHELL_EXIT_WRAPPER re-exported
+    EXIT_FILE,
+    EXIT_WRAPPER,
+    SHELL_EXIT_WRAPPER,
+    command_reachable,
+    exit_wrapped,
+    read_exit_file,
+)
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
 SPAWNER_THREADS = 4
 """Threads that fork and exec container processes."""
+
+SETTLE_TIMEOUT = 1.0
+"""Seconds :meth:`RunningContainer.terminate` waits at most for the command of a container
+just launched to be reachable by a signal before sending SIGTERM regardless."""
+SETTLE_FIRST_POLL = 0.001
+SETTLE_MAX_POLL = 0.02
+"""Seconds between its checks: the first, then doubling up to this."""
 
 
 class LaunchError(MezzoError):
@@ -73,6 +89,8 @@ class RunningContainer:
         self.exit_known = True
         """False for an adopted container that ended without writing its exit status."""
         self._known: set[posix.ProcessEntry] = set()
+        self._settling: asyncio.TimerHandle | None = None
+        """The next check of a :meth:`terminate` waiting for the command to be reachable."""
         self._exited: asyncio.Future[int] = _watch_exit(process) if process is not None else _done(0)
 
     @classmethod
@@ -102,12 +120,38 @@ class RunningContainer:
 
         The tree is snapshotted first so that :meth:`kill` can still find
         processes that left the group and are orphaned by the leader's exit.
+
+        Under the exit wrapper, a container asked to stop while its command is being
+        forked gets the signal only once it would reach the command (see
+        :mod:`.exit_wrapper`): checked at once, then every few milliseconds, for at
+        most :data:`SETTLE_TIMEOUT` seconds, after which it is sent regardless.
         """
+        if self._settling is not None:
+            return  # a SIGTERM is already on its way
+        if not self.exit_file or self.container.launch.wrapper or self.returncode is not None:
+            self._send_term()  # no exit wrapper leads this container (or it is over)
+            return
+        self._settle(time.monotonic() + SETTLE_TIMEOUT, SETTLE_FIRST_POLL)
+
+    def _settle(self, deadline: float, delay: float) -> None:
+        self._settling = None
+        if self.returncode is not None:
+            return
+        if command_reachable(self.pid) or time.monotonic() >= deadline:
+            self._send_term()
+            return
+        self._settling = asyncio.get_running_loop().call_later(
+            delay, self._settle, deadline, min(delay * 2, SETTLE_MAX_POLL))
+
+    def _send_term(self) -> None:
         self._known |= posix.snapshot(self.pid)
         posix.signal_group(self.pid, signal.SIGTERM)
 
     def kill(self) -> int:
         """SIGKILL everything left of the container; returns how many processes."""
+        if self._settling is not None:
+            self._settling.cancel()
+            self._settling = None
         if self.returncode is not None and not self._known and not posix.group_exists(self.pid):
             # The usual end of a task: leader reaped, its process group empty, and
             # no snapshot of escapees to chase. Skip scanning /proc.
@@ -203,70 +247,6 @@ def _watch_adopted(running: RunningContainer) -> asyncio.Future[int]:
     return done
 
 
-EXIT_FILE = ".mezzo-exit"
-"""Where, in its sandbox, a container launched with an exit file records its exit status."""
-
-def _exit_wrapper(run: str) -> str:
-    return f"""__mezzo_exit_file=$1; shift
-trap : HUP INT TERM
-{run}
-__mezzo_status=$?
-echo $__mezzo_status >"$__mezzo_exit_file"
-case $__mezzo_status in 129|130|137|138|140|141|142|143) trap - HUP INT TERM; kill -$((__mezzo_status - 128)) $$;; esac
-exit $__mezzo_status"""
-
-
-EXIT_WRAPPER = _exit_wrapper('"$@"')
-"""``/bin/sh -c EXIT_WRAPPER mezzo-exit FILE ARGV...``: runs ARGV and writes its exit status
-to FILE, so that an agent restarted meanwhile learns how a container it did not start
-ended (it cannot wait() for a process that is not its child).
-
-The wrapper leads the container's session, so signals to the process group reach it
-too: it traps HUP, INT and TERM (the trap runs only once ARGV has ended, so a command
-that handles SIGTERM gets to finish), and a command killed by one of the common
-signals makes the wrapper die of the same signal, so the agent that started it sees
-the same return code as without the wrapper. SIGKILL of the whole group kills the
-wrapper before it writes anything: no exit file means "killed". ARGV runs with the
-default disposition of every signal (exec resets caught signals). The cost is one more
-``/bin/sh`` process per container; the shell also notes a command killed by a signal
-("Terminated") on the container's stderr.
-"""
-
-SHELL_EXIT_WRAPPER = _exit_wrapper(
-    '(__mezzo_command=$1; shift; unset __mezzo_exit_file; eval "$__mezzo_command")')
-"""``/bin/sh -c SHELL_EXIT_WRAPPER /bin/sh FILE COMMAND``: :data:`EXIT_WRAPPER` for a
-shell command (what ``/bin/sh -c COMMAND`` would run). COMMAND runs in a subshell of
-the wrapper, a fork without an exec, instead of in a second ``/bin/sh``: that second
-shell cost about 1 ms of CPU per task and a third of the short-task throughput
-(``bench/short_tasks.py``). The subshell resets the wrapper's traps, so COMMAND sees
-default signal dispositions, ``$0`` is ``/bin/sh`` and there are no positional
-parameters, as under ``/bin/sh -c``. Differences a command can notice: shell
-errors read ``eval: ...`` and the variable ``__mezzo_command`` is set.
-"""
-
-
-def exit_wrapped(argv: Sequence[str], exit_file: str) -> list[str]:
-    """``argv`` under the exit wrapper that writes its status to ``exit_file``."""
-    if len(argv) == 3 and argv[0] == "/bin/sh" and argv[1] == "-c":
-        return ["/bin/sh", "-c", SHELL_EXIT_WRAPPER, "/bin/sh", exit_file, argv[2]]
-    return ["/bin/sh", "-c", EXIT_WRAPPER, "mezzo-exit", exit_file, *argv]
-
-
-_RERAISED = {129: -1, 130: -2, 137: -9, 138: -10, 140: -12, 141: -13, 142: -14, 143: -15}
-
-
-def read_exit_file(path: str) -> int | None:
-    """The return code recorded in an exit file (negative: the wrapper died of that
-    signal, as :data:`EXIT_WRAPPER` does), or None if there is none or it is unreadable."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(32)
-        status = int(text.strip())
-    except (OSError, ValueError):
-        return None
-    return _RERAISED.get(status, status)
-
-
 class Containerizer:
     """Launches containers through an ordered list of isolators."""
 
@@ -350,7 +330,7 @@ class Containerizer:
         if not argv:
             raise LaunchError("nothing to run: the command is empty")
         wrapped = exit_file is not None and bool(launch.argv)
-        if wrapped:
+        if exit_file is not None and wrapped:
             argv = [*launch.wrapper, *exit_wrapped(launch.argv, exit_file)]
         # fork+exec blocks until the child has exec'd, which on a busy machine
         # takes milliseconds; a few spawner threads keep the event loop serving

@@ -191,6 +191,54 @@ def identify(pid: int, start_time: int) -> str:
     return GONE if entry.state in ("Z", "X") else SAME
 
 
+def caught_signals(pid: int) -> int | None:
+    """The signals ``pid`` catches, as a bit mask (bit ``N - 1`` for signal N; the
+    ``SigCgt`` line of ``/proc/<pid>/status``); None when the process is gone."""
+    try:
+        with open(f"{PROC}/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def executable(pid: int) -> str:
+    """The program ``pid`` runs (``/proc/<pid>/exe``); empty when unreadable or gone."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (empty when it is gone)."""
+    try:
+        with open(f"{PROC}/{pid}/task/{pid}/children", "rb") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        if not os.path.exists(f"{PROC}/{pid}"):
+            return []
+    except (OSError, ValueError):
+        pass
+    # Kernels without CONFIG_PROC_CHILDREN: scan the table.
+    return [e.pid for e in process_table().values() if e.ppid == pid]
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def age(entry: ProcessEntry) -> float:
+    """Seconds since the process of ``entry`` started (0 if the uptime is unreadable)."""
+    try:
+        with open(f"{PROC}/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - entry.start_time / _CLOCK_TICKS)
+
+
 def session_leaders_in(directories: Iterable[str]) -> dict[str, ProcessEntry]:
     """Live session leaders whose working directory is one of ``directories``.
 
