@@ -98,7 +98,11 @@ def test_rates():
         ({"default_mbps": "fast"}, f"{KEY}.default_mbps", "a number >= 0"),
         ({"default_mbps": True}, f"{KEY}.default_mbps", "a number >= 0"),
         ({"ingress": "yes"}, f"{KEY}.ingress", "expected a bool"),
-        ({"rate": 10}, f"{KEY}.rate", "unknown setting for isolator 'network/bandwidth' (known: subnet, default_mbps, ingress)"),
+        (
+            {"rate": 10},
+            f"{KEY}.rate",
+            "unknown setting for isolator 'network/bandwidth' (known: subnet, default_mbps, ingress)",
+        ),
     ],
 )
 def test_settings_are_checked_before_anything_else(settings, key, problem):

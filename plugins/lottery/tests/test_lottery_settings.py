@@ -68,7 +68,10 @@ def test_settings_errors_name_the_key(settings, key):
 
 
 def test_messages_say_what_is_wrong():
-    assert "unknown setting for allocator 'lottery' (known: guarantees, seed, weights)" in error({"sead": 1}).problem
+    assert (
+        "unknown setting for allocator 'lottery' (known: guarantees, seed, weights)"
+        in error({"sead": 1}).problem
+    )
     assert "unknown setting (known: frameworks, roles)" in error({"weights": {"x": -1}}).problem
     assert "positive finite number, got -1" in error({"weights": {"roles": {"x": -1}}}).problem
     assert "seed must be an integer, got float 1.5" in error({"seed": 1.5}).problem
