@@ -358,10 +358,10 @@ def test_unreadable_task_record_fails_the_task_and_kills_its_process(tmp_path, w
             bad, _ = crashed.command("bad", "sleep 30")
             crashed.crash()
             data = bytearray(journal.read_bytes())
-            _magic, hlen, _plen, _hcrc, _pcrc = checkpoint._PREFIX.unpack_from(data, offset)
+            _magic, hlen, _plen, _hcrc, _pcrc = checkpoint.records.PREFIX.unpack_from(data, offset)
             # The record of task "bad": in its header (it cannot even be told whose it
             # is), or in its TaskInfo.
-            data[offset + checkpoint._PREFIX.size + (10 if where == "header" else hlen + 10)] ^= 0xFF
+            data[offset + checkpoint.records.PREFIX.size + (10 if where == "header" else hlen + 10)] ^= 0xFF
             journal.write_bytes(bytes(data))
             async with running_agent(agent_config(tmp_path, master.address)) as agent:
                 final = await master.wait_final("bad")
@@ -461,7 +461,7 @@ def test_a_checkpoint_from_before_a_reboot_is_discarded(tmp_path, monkeypatch):
             crashed.crash()
             boot = tmp_path / "boot_id"
             boot.write_text("ffffffff-0000-0000-0000-000000000000\n")
-            monkeypatch.setattr(checkpoint, "BOOT_ID_PATH", str(boot))
+            monkeypatch.setattr(checkpoint.journal, "BOOT_ID_PATH", str(boot))
             async with running_agent(agent_config(tmp_path, master.address)) as agent:
                 assert agent.agent_id == "agent-2" and not master.called("reregister_agent")
                 assert master.called("register_agent") and not agent.tasks and not master.updates()

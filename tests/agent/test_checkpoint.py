@@ -75,7 +75,7 @@ def test_a_journal_replays_into_what_was_written(tmp_path):
 
 
 def test_compaction_keeps_the_state_and_bounds_the_journal(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "COMPACT_MIN_RECORDS", 1024)
+    monkeypatch.setattr(checkpoint.journal, "COMPACT_MIN_RECORDS", 1024)
     cp = Checkpoint(str(tmp_path))
     _populate(cp)
     path = tmp_path / "meta" / "journal"
@@ -156,7 +156,7 @@ def test_a_journal_from_another_boot_is_discarded(tmp_path, monkeypatch):
     cp.close()
     other = tmp_path / "boot_id"
     other.write_text("00000000-1111-2222-3333-444444444444\n")
-    monkeypatch.setattr(checkpoint, "BOOT_ID_PATH", str(other))
+    monkeypatch.setattr(checkpoint.journal, "BOOT_ID_PATH", str(other))
     state = Checkpoint(str(tmp_path)).load()
     assert state.empty() and not state.tasks and state.port == 0
 

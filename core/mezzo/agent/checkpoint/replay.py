@@ -1,0 +1,252 @@
+"""What a checkpoint journal says: :class:`CheckpointState`, built by replaying its records.
+
+Replaying is applying each record in turn (:meth:`CheckpointState.apply`); the live
+journal applies every record it writes the same way, so its state is always what a
+replay of the file would give. :meth:`CheckpointState.records` is the way back: the
+records that rebuild a state from nothing, which is what compaction writes.
+
+The kinds of record and what each changes:
+
+========================  ==================================================================
+``boot``                  boot id, agent id, port (first record of every journal)
+``agent``                 the agent id the master assigned
+``framework``             a framework's ``FrameworkInfo``; ``framework_gone`` forgets it
+``shutdown``              the framework is being shut down (its leftovers are killed)
+``task``                  a task's ``TaskInfo``: command task (container) or executor's
+``launched``              an executor's task was handed to the executor
+``pid``                   the pid and start time of a task's or executor's container
+``update``                a status update, unacknowledged; ``ack`` acknowledges the oldest
+``latest``                the latest update of a task whose updates are all acknowledged
+``task_gone``             the task is forgotten
+``executor``              a custom executor run; ``executor_gone`` forgets it
+========================  ==================================================================
+
+Damage (:func:`replay`): a record whose payload could not be decoded marks the task,
+executor or framework its header names as *damaged* (:meth:`CheckpointState.damage`),
+so that recovery kills what it can find of it and fails its tasks instead of dropping
+them; a record that does not fit what came before it (an ack for a task never recorded)
+is ignored. Each becomes a problem, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import is_terminal
+from ...wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskStatus
+from .records import DecodedRecord, Problem
+
+TASK = "task"
+"""``pid`` records: the container of a command task."""
+EXECUTOR = "executor"
+"""``pid`` records: the container of a custom executor."""
+
+
+@dataclass
+class ContainerEntry:
+    """A container the agent started: where it lives and which process leads it."""
+
+    container_id: str
+    sandbox: str
+    pid: int = 0
+    start_time: int = 0
+    """``/proc/<pid>/stat`` field 22 (clock ticks after boot); 0 while unknown."""
+
+
+@dataclass
+class TaskEntry:
+    """A task the journal holds, until its terminal update is acknowledged."""
+
+    framework_id: str
+    task_id: str
+    info: TaskInfo | None = None
+    """None for a task known only by its updates (e.g. one the agent rejected)."""
+    executor_id: str = ""
+    """Empty for a command task."""
+    launched: bool = False
+    """Executor tasks: handed to the executor (``launch_task`` sent)."""
+    container: ContainerEntry | None = None
+    """Command tasks: their container."""
+    updates: list[TaskStatus] = field(default_factory=list)
+    """Unacknowledged updates, oldest (the one in flight) first."""
+    latest: TaskStatus | None = None
+    seen: set[str] = field(default_factory=set)
+    """Uuids of every update the task had."""
+    damaged: str | None = None
+    """Why this entry cannot be trusted (a damaged record named it), else None."""
+
+
+@dataclass
+class ExecutorEntry:
+    """A custom executor run the journal holds."""
+
+    framework_id: str
+    executor_id: str
+    info: ExecutorInfo | None
+    container: ContainerEntry
+    damaged: str | None = None
+
+
+@dataclass
+class CheckpointState:
+    """What a journal says, after replaying it."""
+
+    boot_id: str = ""
+    agent_id: str = ""
+    port: int = 0
+    frameworks: dict[str, FrameworkInfo] = field(default_factory=dict)
+    shutting_down: set[str] = field(default_factory=set)
+    """Frameworks being shut down: whatever is left of them is killed, nothing reported."""
+    damaged_frameworks: dict[str, str] = field(default_factory=dict)
+    tasks: dict[tuple[str, str], TaskEntry] = field(default_factory=dict)
+    executors: dict[tuple[str, str], ExecutorEntry] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    """What went wrong reading the journal (each also logged)."""
+
+    def empty(self) -> bool:
+        return not (self.agent_id or self.frameworks or self.tasks or self.executors)
+
+    def apply(self, kind: str, h: dict[str, Any], blob: Any) -> None:
+        """Apply one record. Raises KeyError/TypeError/ValueError for one that does not fit."""
+        if kind == "update":
+            entry = self._task(h["f"], h["t"])
+            entry.updates.append(blob)
+            entry.latest = blob
+            if blob.uuid:
+                entry.seen.add(blob.uuid)
+        elif kind == "ack":
+            entry = self.tasks[(h["f"], h["t"])]
+            if entry.updates and entry.updates[0].uuid == h["u"] and is_terminal(entry.updates.pop(0).state):
+                del self.tasks[(h["f"], h["t"])]  # its end is reported: nothing left of it
+        elif kind == "task_gone":
+            self.tasks.pop((h["f"], h["t"]), None)
+        elif kind == "pid":
+            pid, start_time = int(h["pid"]), int(h["st"])
+            if h["x"] == TASK:
+                entry = self._task(h["f"], h["i"])
+                if entry.container is None:
+                    # Only after a damaged record: keep the process, to kill it.
+                    entry.container = ContainerEntry("", "", pid, start_time)
+                    entry.damaged = entry.damaged or "its task record is missing from the checkpoint"
+                entry.container.pid, entry.container.start_time = pid, start_time
+            else:
+                ex = self.executors.get((h["f"], h["i"]))
+                if ex is None:
+                    ex = self.executors[(h["f"], h["i"])] = ExecutorEntry(
+                        h["f"], h["i"], None, ContainerEntry("", ""),
+                        damaged="its executor record is missing from the checkpoint")
+                ex.container.pid, ex.container.start_time = pid, start_time
+        elif kind == "task":
+            entry = self._task(h["f"], h["t"])
+            entry.info = blob
+            entry.executor_id = h.get("e", "")
+            entry.launched = bool(h.get("l", False))
+            if h.get("c"):
+                entry.container = ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0)))
+            entry.seen.update(h.get("u", ()))
+        elif kind == "launched":
+            self.tasks[(h["f"], h["t"])].launched = True
+        elif kind == "latest":
+            entry = self._task(h["f"], h["t"])
+            entry.latest = blob
+            if blob.uuid:
+                entry.seen.add(blob.uuid)
+        elif kind == "executor":
+            self.executors[(h["f"], h["e"])] = ExecutorEntry(
+                h["f"], h["e"], blob, ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))))
+        elif kind == "executor_gone":
+            self.executors.pop((h["f"], h["e"]), None)
+        elif kind == "framework":
+            self.frameworks[h["f"]] = blob
+        elif kind == "framework_gone":
+            self.frameworks.pop(h["f"], None)
+            self.shutting_down.discard(h["f"])
+        elif kind == "shutdown":
+            self.shutting_down.add(h["f"])
+        elif kind == "agent":
+            self.agent_id = str(h["a"])
+        elif kind == "boot":
+            self.boot_id, self.agent_id, self.port = str(h["b"]), str(h.get("a", "")), int(h.get("p", 0))
+        else:
+            raise ValueError(f"unknown record kind {kind!r}")
+
+    def damage(self, kind: str, h: dict[str, Any], reason: str) -> str | None:
+        """A record of ``kind`` about what ``h`` names had an unreadable payload: mark
+        that entity damaged. Returns what was marked (for the log), or None."""
+        fid = h.get("f")
+        if not isinstance(fid, str):
+            return None
+        if kind in ("task", "update", "latest") and isinstance(h.get("t"), str):
+            entry = self._task(fid, h["t"])
+            entry.damaged = entry.damaged or reason
+            if kind == "task" and h.get("c"):
+                entry.executor_id = h.get("e", "")
+                entry.container = ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0)))
+            return f"task {h['t']!r} of framework {fid!r}"
+        if kind == "executor" and isinstance(h.get("e"), str):
+            self.executors[(fid, h["e"])] = ExecutorEntry(
+                fid, h["e"], None, ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
+                damaged=reason)
+            return f"executor {h['e']!r} of framework {fid!r}"
+        if kind == "framework":
+            self.damaged_frameworks[fid] = reason
+            return f"framework {fid!r}"
+        return None
+
+    def _task(self, fid: str, tid: str) -> TaskEntry:
+        if not isinstance(fid, str) or not isinstance(tid, str):
+            raise TypeError("framework and task ids must be strings")
+        entry = self.tasks.get((fid, tid))
+        if entry is None:
+            entry = self.tasks[(fid, tid)] = TaskEntry(fid, tid)
+        return entry
+
+    def records(self) -> list[tuple[str, dict[str, Any], Any]]:
+        """Records that rebuild this state from nothing (what compaction writes)."""
+        out: list[tuple[str, dict[str, Any], Any]] = [
+            ("boot", {"b": self.boot_id, "a": self.agent_id, "p": self.port}, None)]
+        for fid, info in self.frameworks.items():
+            out.append(("framework", {"f": fid}, info))
+        for fid in self.shutting_down:
+            out.append(("shutdown", {"f": fid}, None))
+        for (fid, eid), ex in self.executors.items():
+            if ex.info is None:
+                continue  # damaged: recovery has dealt with it
+            c = ex.container
+            out.append(("executor", {"f": fid, "e": eid, "c": c.container_id, "s": c.sandbox,
+                                     "pid": c.pid, "st": c.start_time}, ex.info))
+        for (fid, tid), t in self.tasks.items():
+            if t.damaged:
+                continue
+            if t.info is not None:
+                h: dict[str, Any] = {"f": fid, "t": tid, "e": t.executor_id, "l": t.launched,
+                                     "u": sorted(t.seen)}
+                if t.container is not None:
+                    c = t.container
+                    h.update(c=c.container_id, s=c.sandbox, pid=c.pid, st=c.start_time)
+                out.append(("task", h, t.info))
+            if t.latest is not None and not t.updates:
+                out.append(("latest", {"f": fid, "t": tid}, t.latest))  # acknowledged already
+            for status in t.updates:
+                out.append(("update", {"f": fid, "t": tid}, status))
+        return out
+
+
+def replay(records: list[DecodedRecord], path: str) -> tuple[CheckpointState, list[Problem]]:
+    """The state ``records`` (read from the journal at ``path``) describe, and the problems
+    met applying them (damaged records, records that do not fit); never raises."""
+    state = CheckpointState()
+    problems: list[Problem] = []
+    for i, rec in enumerate(records):
+        if rec.damaged is not None:
+            what = state.damage(rec.kind, rec.header, rec.damaged)
+            problems.append((f"{rec.damaged}: " + (f"{what} is treated as lost" if what else
+                                                   "whatever it recorded is lost"), True))
+            continue
+        try:
+            state.apply(rec.kind, rec.header, rec.blob)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            problems.append((f"{path}: record {i} ({rec.kind}, offset {rec.offset}) does not fit what came "
+                             f"before it ({type(exc).__name__}: {exc}): ignored", True))
+    return state, problems
