@@ -70,12 +70,19 @@ from ..rpc import Connection, parse_address, serve
 from ..services import AGENT, EXECUTOR, MASTER
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 from . import posix
-from .checkpoint import Checkpoint, CheckpointState, ContainerEntry, WorkDirBusy
+from .checkpoint import Checkpoint, CheckpointState, WorkDirBusy
 from .command_executor import CommandTask
 from .containerizer import Containerizer
 from .executors import ExecutorRun
 from .host import agent_hostname, agent_resources
 from .master_link import DEFAULT_MASTER_PORT, MasterLink
+from .recovery_plan import (
+    CHECKPOINT_UNREADABLE,
+    RecoveryPlan,
+    TaskFailure,
+    plan_recovery,
+    unrecorded_sandboxes,
+)
 from .sandbox import InvalidId, Sandbox, check_id
 from .service import AgentService
 from .statistics import StatisticsReporter
@@ -233,106 +240,78 @@ class Agent:
 
     def _recover(self, state: CheckpointState) -> list[tuple[Container, Callable[[], None]]]:
         """Rebuild frameworks, tasks, executors and update streams from the checkpoint
-        (see the module docstring). Runs before the agent serves or dials anything.
-        Returns each container recovered, with what starts watching it."""
-        cp = self.checkpoint
+        (see the module docstring): plan (:mod:`.recovery_plan`), then carry the plan out.
+        Runs before the agent serves or dials anything. Returns each container taken
+        back, with what starts watching it."""
         if state.agent_id:
-            self.agent_id = state.agent_id
+            self.log = log.bind(agent=state.agent_id)
+        self.log.info("recovering from the checkpoint", checkpoint=self.checkpoint.path,
+                      frameworks=len(state.frameworks), tasks=len(state.tasks), executors=len(state.executors),
+                      problems=len(state.problems))
+        sandboxes = unrecorded_sandboxes(state)
+        leaders = posix.session_leaders_in(sandboxes) if sandboxes else {}
+        found = {}
+        for sandbox in sandboxes:
+            entry = leaders.get(os.path.realpath(sandbox))
+            if entry is not None:
+                found[sandbox] = (entry.pid, entry.start_time)
+        return self._carry_out(plan_recovery(state, found))
+
+    def _carry_out(self, plan: RecoveryPlan) -> list[tuple[Container, Callable[[], None]]]:
+        """Apply a recovery plan: kill, journal, rebuild, restore, report, in that order."""
+        cp = self.checkpoint
+        if plan.agent_id:
+            self.agent_id = plan.agent_id
             self.log = log.bind(agent=self.agent_id)
-        self.log.info("recovering from the checkpoint", checkpoint=cp.path, frameworks=len(state.frameworks),
-                      tasks=len(state.tasks), executors=len(state.executors), problems=len(state.problems))
-        self._find_unrecorded_pids(state)
+        for found in plan.found_pids:
+            self.log.info("found the process of a container launched as the agent died",
+                          container=found.container_id, pid=found.pid)
+            cp.pid(found.framework_id, found.ident, found.kind, found.pid, found.start_time)
+        for damaged in plan.damaged_executors:
+            self.log.error("cannot recover an executor: its checkpoint is damaged; killing it",
+                           framework=damaged.framework_id, executor=damaged.executor_id, why=damaged.why)
+        for kill in plan.kills:
+            posix.kill_tree(kill.container.pid, start_time=kill.container.start_time)
+        for gone in plan.shut_down:
+            for tid in gone.task_ids:
+                cp.task_gone(gone.framework_id, tid)
+            for eid in gone.executor_ids:
+                cp.executor_gone(gone.framework_id, eid)
+            cp.framework_gone(gone.framework_id)
+            self.log.info("killed what was left of a framework being shut down", framework=gone.framework_id)
+        for damaged in plan.damaged_executors:
+            cp.executor_gone(damaged.framework_id, damaged.executor_id)
 
-        # Frameworks being shut down: kill what is left of them, report nothing.
-        for fid in list(state.shutting_down):
-            for key in [k for k in state.tasks if k[0] == fid]:
-                entry = state.tasks.pop(key)
-                _kill_recorded(entry.container)
-            for key in [k for k in state.executors if k[0] == fid]:
-                _kill_recorded(state.executors.pop(key).container)
-            state.frameworks.pop(fid, None)
-            state.shutting_down.discard(fid)
-            self.log.info("killed what was left of a framework being shut down", framework=fid)
-
-        def framework(fid: str) -> FrameworkState | None:
-            fw = self.frameworks.get(fid)
-            if fw is None and fid in state.frameworks:
-                fw = self.frameworks[fid] = FrameworkState(state.frameworks[fid])
-            return fw
-
+        for fid, framework in plan.frameworks.items():
+            self.frameworks[fid] = FrameworkState(framework)
         runs: list[ExecutorRun] = []
-        for (fid, eid), ex in list(state.executors.items()):
-            fw = framework(fid)
-            damaged = ex.damaged or state.damaged_frameworks.get(fid) or (
-                None if fw is not None and ex.info is not None else "its framework's record is missing")
-            if damaged is not None:
-                self.log.error("cannot recover an executor: its checkpoint is damaged; killing it",
-                               framework=fid, executor=eid, why=damaged)
-                _kill_recorded(ex.container)
-                del state.executors[(fid, eid)]
-                for key, t in state.tasks.items():
-                    if key[0] == fid and t.executor_id == eid:
-                        t.damaged = t.damaged or f"its executor's checkpoint is unusable: {damaged}"
-                continue
-            assert fw is not None and ex.info is not None
-            run = fw.executors[eid] = ExecutorRun.recovered(self, fw.info, ex.info, ex.container)
+        for ex in plan.executors:
+            fw = self.frameworks[ex.framework_id]
+            run = fw.executors[ex.info.executor_id] = ExecutorRun.recovered(self, fw.info, ex.info, ex.container)
+            for task_info, launched in ex.tasks:
+                run.recover_task(task_info, launched)
+                self._hold(ex.framework_id, task_info, run)
             runs.append(run)
-
         commands: list[tuple[FrameworkState, CommandTask]] = []
-        for key, t in list(state.tasks.items()):
-            fid, tid = key
-            if t.updates or t.latest is not None:
-                self.updates.recover(key, list(t.updates), set(t.seen), t.latest)
-            terminal = t.latest is not None and is_terminal(t.latest.state)
-            if terminal and not t.updates:
-                self.updates.streams.pop(key, None)  # reported and acknowledged: done with
-                cp.task_gone(fid, tid)
-                continue
-            if t.info is None and not t.damaged and terminal:
-                continue  # an answer (e.g. a rejection) still being delivered
-            fw = framework(fid)
-            problem = t.damaged or state.damaged_frameworks.get(fid)
-            if problem is None and t.info is None:
-                problem = "its task record is missing from the checkpoint"
-            if problem is None and fw is None:
-                problem = "its framework's record is missing"
-            if problem is None and not terminal and not t.executor_id and t.container is None:
-                problem = "its container's record is missing"
-            if problem is None and not terminal and t.executor_id and (fid, t.executor_id) not in state.executors:
-                problem = f"its executor {t.executor_id!r} is not in the checkpoint"
-            if problem is not None:
-                if not terminal:
-                    _kill_recorded(t.container)
-                self._fail_recovered(key, t.info, fw, problem, terminal)
-                t.damaged = None  # dealt with: its end is in its update stream now
-                continue
-            assert fw is not None and t.info is not None
-            runner: CommandTask | ExecutorRun | None = None
-            if terminal:
-                pass  # its end is being reported
-            elif not t.executor_id:
-                assert t.container is not None
-                runner = CommandTask.recovered(self, fw.info, t.info, t.container, t.latest)
-                fw.command_tasks[tid] = runner
-                commands.append((fw, runner))
-            else:
-                runner = fw.executors[t.executor_id]
-                runner.recover_task(t.info, t.launched)
-            self.tasks[key] = TaskRecord(fid, t.info, runner)
-            fw.task_ids.add(tid)
-            latest = t.latest
-            if not terminal and latest is not None and latest.state == TaskState.TASK_KILLING and latest.reason:
-                # A kill of the master's own (revocation) was under way: its end carries
-                # the same reason and message (a command task's TASK_KILLING has no message
-                # of its own, so that is the kill's). Its grace is not recorded; the
-                # agent's own applies.
-                self.kill_reasons[key] = (latest.reason, latest.message or "")
+        for cmd in plan.command_tasks:
+            fw = self.frameworks[cmd.framework_id]
+            command = fw.command_tasks[cmd.info.task_id] = CommandTask.recovered(
+                self, fw.info, cmd.info, cmd.container, cmd.latest)
+            self._hold(cmd.framework_id, cmd.info, command)
+            commands.append((fw, command))
+        for key, task_info in plan.reporting:
+            self._hold(key[0], task_info, None)  # its end is being reported
+        self.kill_reasons.update(plan.kill_reasons)
 
-        for fid in list(state.frameworks):
-            fw = self.frameworks.get(fid)
-            if fw is None or fw.idle():
-                self.frameworks.pop(fid, None)
-                cp.framework_gone(fid)
+        for stream in plan.streams:
+            self.updates.recover(stream.key, stream.pending, stream.seen, stream.latest)
+        for key in plan.forget_tasks:
+            cp.task_gone(*key)  # reported and acknowledged: done with
+        for failure in plan.failures:
+            self._fail_recovered(failure)
+        for fid in plan.forget_frameworks:
+            cp.framework_gone(fid)
+
         recovered: list[tuple[Container, Callable[[], None]]] = []
         for fw, task in commands:
             assert task.container is not None
@@ -346,35 +325,27 @@ class Agent:
                       tasks=len(self.tasks), updates_pending=sum(len(s) for s in self.updates.streams.values()))
         return recovered
 
-    def _find_unrecorded_pids(self, state: CheckpointState) -> None:
-        """Containers journaled without a pid (the agent died while launching them):
-        look for their leader by its working directory, the sandbox."""
-        missing = [t.container for t in state.tasks.values() if t.container is not None and not t.container.pid]
-        missing += [ex.container for ex in state.executors.values() if not ex.container.pid]
-        if not missing:
-            return
-        leaders = posix.session_leaders_in(c.sandbox for c in missing)
-        for c in missing:
-            entry = leaders.get(os.path.realpath(c.sandbox))
-            if entry is not None:
-                c.pid, c.start_time = entry.pid, entry.start_time
-                self.log.info("found the process of a container launched as the agent died",
-                              container=c.container_id, pid=entry.pid)
+    def _hold(self, framework_id: str, info: TaskInfo, runner: CommandTask | ExecutorRun | None) -> None:
+        """Hold a recovered task until its terminal update is acknowledged."""
+        self.tasks[(framework_id, info.task_id)] = TaskRecord(framework_id, info, runner)
+        self.frameworks[framework_id].task_ids.add(info.task_id)
 
-    def _fail_recovered(self, key: StreamKey, info: TaskInfo | None, fw: FrameworkState | None, problem: str,
-                        terminal: bool) -> None:
-        fid, tid = key
+    def _fail_recovered(self, failure: TaskFailure) -> None:
+        fid, tid = failure.key
+        info = failure.info
         self.log.error("cannot recover a task from the checkpoint; it is reported failed",
-                       framework=fid, task=tid, why=problem)
-        if not terminal:
+                       framework=fid, task=tid, why=failure.problem)
+        if failure.report:
             self.emit_status(TaskStatus(
-                task_id=tid, framework_id=fid, state=TaskState.TASK_FAILED, reason="checkpoint_unreadable",
-                message=f"the agent restarted and could not recover the task: {problem}",
+                task_id=tid, framework_id=fid, state=TaskState.TASK_FAILED, reason=CHECKPOINT_UNREADABLE,
+                message=f"the agent restarted and could not recover the task: {failure.problem}",
                 executor_id=(info.executor.executor_id if info is not None and info.executor is not None else tid),
             ))
-        if info is not None and fw is not None:
-            self.tasks[key] = TaskRecord(fid, info, None)
-            fw.task_ids.add(tid)
+        if failure.journal_damaged:
+            self.checkpoint.damage_settled(fid, tid)  # its end is in its update stream now
+        if failure.keep_record:
+            assert info is not None
+            self._hold(fid, info, None)
 
     async def wait_registered(self, timeout: float | None = None) -> str:
         """Wait until registered with a master; returns the agent id.
@@ -813,12 +784,6 @@ def _grace_of(kill: KillPolicy | None) -> float | None:
     if isinstance(grace, (int, float)) and not isinstance(grace, bool) and 0 <= grace < float("inf"):
         return float(grace)
     return None
-
-
-def _kill_recorded(container: ContainerEntry | None) -> None:
-    """Kill what is left of a journaled container the agent does not take back."""
-    if container is not None and container.pid:
-        posix.kill_tree(container.pid, start_time=container.start_time)
 
 
 def _join(host: str, port: int) -> str:

@@ -365,6 +365,14 @@ class Checkpoint:
         if self.enabled and (framework_id, task_id) in self.state.tasks:
             self._append("task_gone", {"f": framework_id, "t": task_id})
 
+    def damage_settled(self, framework_id: str, task_id: str) -> None:
+        """A task whose entry is damaged has been dealt with on recovery (failed, its
+        failure in its updates): from now on it is journaled like any other. Changes the
+        state only; :meth:`begin` writes it."""
+        entry = self.state.tasks.get((framework_id, task_id))
+        if entry is not None:
+            entry.damaged = None
+
     def executor(self, framework_id: str, info: ExecutorInfo, container_id: str, sandbox: str) -> None:
         if self.enabled:
             self._append("executor", {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox},
