@@ -23,6 +23,10 @@ The terminal update carries the tail of the task's stdout (at most
 :data:`OUTPUT_TAIL_BYTES`) in ``TaskStatus.data``, which is how ``mezzo run``
 shows a remote command's output without reading the agent's disk.
 
+The container's life (launch, journal, wait, cleanup, resumption after a restart) is
+:class:`~.container_run.ContainerRun`'s; :class:`CommandTask` says what each step
+means for the task.
+
 Error handling: whatever happens to the process becomes a terminal update, never
 an exception out of :meth:`CommandTask.run`. When the process exits, any process
 it left behind in its session is killed before the isolators clean up, so a
@@ -44,59 +48,38 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid as uuidlib
 from typing import TYPE_CHECKING
 
-import structlog
-
 from .. import is_terminal
-from ..hookspecs import Container, ContainerLaunch
+from ..hookspecs import ContainerLaunch, Limitation
 from ..resources import Resources
-from ..wire.ttypes import CommandInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
-from . import checkpoint, posix
-from .containerizer import EXIT_FILE, LaunchError, RunningContainer, read_exit_file
+from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskState, TaskStatus
+from . import checkpoint
+from .container_run import ContainerRun, command_argv, command_env
 from .posix import describe_exit
 from .sandbox import Sandbox
 
 if TYPE_CHECKING:
     from .agent import Agent
 
-log = structlog.get_logger("mezzo.agent", component="agent")
+__all__ = ["OUTPUT_TAIL_BYTES", "CommandTask", "command_argv", "command_env"]
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 """How much of the end of a command task's stdout its terminal update carries."""
 
 
-def command_argv(command: CommandInfo) -> list[str]:
-    """The argv a :class:`CommandInfo` asks for (shell form or program form)."""
-    if command.shell is None or command.shell:
-        return ["/bin/sh", "-c", command.value or ""]
-    return [command.value or "", *(command.arguments or [])]
-
-
-def command_env(command: CommandInfo, extra: dict[str, str]) -> dict[str, str]:
-    """The agent's environment, then the command's own, then mezzo's variables."""
-    env = dict(os.environ)
-    env.update({str(k): str(v) for k, v in (command.environment or {}).items()})
-    env.update(extra)
-    return env
-
-
-class CommandTask:
+class CommandTask(ContainerRun):
     """One command task in one container. :meth:`run` drives it to a terminal state."""
 
+    what = "command task"
+    noun = "task"
+    pid_kind = checkpoint.TASK
+
     def __init__(self, agent: Agent, framework: FrameworkInfo, task: TaskInfo) -> None:
-        self.agent = agent
-        self.framework_id = framework.framework_id
+        super().__init__(agent, framework.framework_id, task.task_id, {"task": task.task_id})
         self.task = task
         self.task_id = task.task_id
-        self.container_id = uuidlib.uuid4().hex
-        self.recovering: checkpoint.ContainerEntry | None = None
-        """Set by :meth:`recovered`: the container an earlier agent started."""
-        self.container: Container | None = None
         self._running_reported = False
-        self.sandbox: Sandbox | None = None
-        self.running: RunningContainer | None = None
         self.kill_requested = False
         self._kill_hard = False
         self._terminal_sent = False
@@ -104,88 +87,44 @@ class CommandTask:
         self._kill_timer: asyncio.TimerHandle | None = None
         self._grace: float | None = None
         """The grace period the kill asked for; None: the agent's ``kill_grace_period``."""
-        self.log = log.bind(agent=agent.agent_id, framework=self.framework_id, task=self.task_id)
 
     @classmethod
     def recovered(cls, agent: Agent, framework: FrameworkInfo, task: TaskInfo, container: checkpoint.ContainerEntry,
                   latest: TaskStatus | None) -> CommandTask:
         """The task as a restarted agent takes it back; :meth:`run` then resumes it."""
         self = cls(agent, framework, task)
-        self.container_id = container.container_id
-        self.recovering = container
-        self.sandbox = Sandbox(container.sandbox)
+        self.take_over(container)
         state = latest.state if latest is not None else None
         self._running_reported = state in (TaskState.TASK_RUNNING, TaskState.TASK_KILLING)
         self.kill_requested = state == TaskState.TASK_KILLING
-        self.container = self._container(ContainerLaunch(argv=[], env={}, cwd=container.sandbox))
-        self.container.pid = container.pid or None
         return self
 
-    def _container(self, launch: ContainerLaunch) -> Container:
-        assert self.sandbox is not None
-        return Container(
-            container_id=self.container_id,
-            framework_id=self.framework_id,
-            executor_id=self.task_id,
-            resources=Resources.of(self.task.resources),
-            sandbox=self.sandbox.path,
-            launch=launch,
-        )
+    # -- the container's life (see ContainerRun) -----------------------------
 
-    # -- life -------------------------------------------------------------
+    @property
+    def end_reported(self) -> bool:
+        return self._terminal_sent
 
-    async def run(self) -> None:
-        try:
-            await self._run()
-        except Exception as exc:
-            # A bug of ours: the task must still end, or it would never be forgotten.
-            self.log.exception("command task failed on the agent")
-            if not self._terminal_sent:
-                self._status(TaskState.TASK_FAILED, reason="agent_error",
-                             message=f"the agent failed running the task: {exc!r}")
-            raise
-        finally:
-            self.finished = True
-            self._cancel_kill_timer()
-            if self.running is not None and self.running.returncode is None:
-                # Cancelled (agent stopping) while the process lives: take it down.
-                self.running.kill()
+    def _container_resources(self) -> Resources:
+        return Resources.of(self.task.resources)
 
-    async def _run(self) -> None:
-        if self.recovering is not None:
-            await self._resume(self.recovering)
-            return
-        config = self.agent.config
-        try:
-            self.sandbox = Sandbox.create(config.work_dir, self.framework_id, self.task_id, self.container_id)
-        except OSError as exc:
-            self._status(TaskState.TASK_FAILED, reason="sandbox_creation_failed",
-                         message=f"cannot create the sandbox: {exc}")
-            return
+    def _sandbox_ready(self) -> None:
         self._status(TaskState.TASK_STARTING)
+
+    def _launch_spec(self, sandbox: Sandbox) -> ContainerLaunch:
         command = self.task.command
-        container = self.container = self._container(ContainerLaunch(
+        return ContainerLaunch(
             argv=command_argv(command),
             env=command_env(command, {
                 "MEZZO_TASK_ID": self.task_id,
                 "MEZZO_FRAMEWORK_ID": self.framework_id,
-                "MEZZO_SANDBOX": self.sandbox.path,
+                "MEZZO_SANDBOX": sandbox.path,
             }),
-            cwd=self.sandbox.path,
-        ))
-        journal = self.agent.checkpoint
-        containerizer = self.agent.containerizer
-        try:
-            self.running = await containerizer.launch(
-                container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr,
-                exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
-            )
-        except LaunchError as exc:
-            self.log.warning("command task failed to launch", error=str(exc))
-            self._status(TaskState.TASK_FAILED, reason="container_launch_failed", message=str(exc))
-            return
-        if journal.enabled:
-            journal.pid(self.framework_id, self.task_id, checkpoint.TASK, self.running.pid, self.running.start_time)
+            cwd=sandbox.path,
+        )
+
+    def _launched(self) -> None:
+        assert self.running is not None
         self.log.debug("command task started", pid=self.running.pid, container=self.container_id)
         if self._kill_hard:
             self.running.kill()
@@ -193,49 +132,31 @@ class CommandTask:
             self._start_kill()
         else:
             self._status(TaskState.TASK_RUNNING)
-        await self._finish(await self.running.wait())
 
-    async def _resume(self, recorded: checkpoint.ContainerEntry) -> None:
-        """Take back the container an earlier agent started (see the module docstring)."""
-        assert self.sandbox is not None and self.container is not None
-        exit_file = os.path.join(self.sandbox.path, EXIT_FILE)
-        if not recorded.pid:
-            # The agent died between starting the launch and recording the pid, and
-            # no process of the task was found: it never started, or ended unrecorded.
-            code = read_exit_file(exit_file)
-            await self.agent.containerizer.destroy(self.container)
-            if code is None:
-                self._status(TaskState.TASK_FAILED, reason="container_lost",
-                             message="the agent died while launching the task and, restarted, found no "
-                                     "process of it and no exit status")
-            else:
-                self._report_exit(code)
-            return
-        alive = posix.identify(recorded.pid, recorded.start_time) == posix.SAME
-        self.running = RunningContainer.adopt(self.container, recorded.pid, recorded.start_time, exit_file)
-        if alive:
-            self.log.info("command task adopted after the agent restarted", pid=recorded.pid,
-                          container=self.container_id)
-            if self._kill_hard:
-                self.running.kill()
-            elif self.kill_requested:
-                self._start_kill()  # a kill was in progress: carry on with it
-            elif not self._running_reported:
-                self._status(TaskState.TASK_RUNNING)
+    def _adopted(self) -> None:
+        assert self.running is not None
+        self.log.info("command task adopted after the agent restarted", pid=self.running.pid,
+                      container=self.container_id)
+        if self._kill_hard:
+            self.running.kill()
+        elif self.kill_requested:
+            self._start_kill()  # a kill was in progress: carry on with it
+        elif not self._running_reported:
+            self._status(TaskState.TASK_RUNNING)
+
+    def _lost_at_launch(self, code: int | None) -> None:
+        if code is None:
+            self._status(TaskState.TASK_FAILED, reason="container_lost",
+                         message="the agent died while launching the task and, restarted, found no "
+                                 "process of it and no exit status")
         else:
-            self.log.info("command task ended while the agent was down", pid=recorded.pid,
-                          container=self.container_id)
-        await self._finish(await self.running.wait())
+            self._report_exit(code)
 
-    async def _finish(self, returncode: int) -> None:
-        assert self.running is not None and self.container is not None
+    def _exited(self) -> None:
         self._cancel_kill_timer()
-        # The leader is gone; whatever it left in its session goes with it.
-        leftovers = self.running.kill()
-        if leftovers:
-            self.log.debug("killed processes left behind by the task", count=leftovers)
-        limitation = await self.agent.containerizer.limitation(self.container)
-        await self.agent.containerizer.destroy(self.container)
+
+    def _report_end(self, returncode: int, limitation: Limitation | None) -> None:
+        assert self.running is not None
         if limitation is not None and not self.kill_requested:
             exit_code, _how = describe_exit(returncode)
             self._status(TaskState.TASK_FAILED, reason=limitation.reason, message=limitation.message,
@@ -251,6 +172,13 @@ class CommandTask:
                                  "its wrapper, e.g. by SIGKILL); the agent, restarted since it launched the task, "
                                  "cannot tell how it ended",
                          data=self._output_tail())
+
+    def _not_started(self, reason: str, message: str) -> None:
+        self._status(TaskState.TASK_FAILED, reason=reason, message=message)
+
+    def _cleanup(self) -> None:
+        self.finished = True
+        self._cancel_kill_timer()
 
     def _report_exit(self, returncode: int) -> None:
         exit_code, how = describe_exit(returncode)

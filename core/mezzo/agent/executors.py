@@ -16,6 +16,10 @@ Life of an executor::
     RECOVERING   (instead of LAUNCHING) a restarted agent took the executor back from
                  its checkpoint and waits for the executor driver to re-register
 
+The container's life (launch, journal, wait, cleanup, resumption after a restart) is
+:class:`~.container_run.ContainerRun`'s; :class:`ExecutorRun` adds the executor's
+registration, its tasks and its connection.
+
 Error handling, the cases the tech report (§4.3) cares about:
 
 - No ``register_executor`` within ``executor_register_timeout``: the tree is killed
@@ -44,27 +48,20 @@ ended while the agent was down fails its tasks with its recorded exit status.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid as uuidlib
 from typing import TYPE_CHECKING
 
-import structlog
-
-from ..hookspecs import Container, ContainerLaunch
+from ..hookspecs import ContainerLaunch, Limitation
 from ..resources import Resources
 from ..rpc import Connection
 from ..services import EXECUTOR
 from ..wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
-from . import checkpoint, posix
-from .command_executor import command_argv, command_env
-from .containerizer import EXIT_FILE, LaunchError, RunningContainer
+from . import checkpoint
+from .container_run import ContainerRun, command_argv, command_env
 from .posix import describe_exit
 from .sandbox import Sandbox
 
 if TYPE_CHECKING:
     from .agent import Agent
-
-log = structlog.get_logger("mezzo.agent", component="agent")
 
 LAUNCHING = "launching"
 REGISTERED = "registered"
@@ -73,13 +70,17 @@ TERMINATED = "terminated"
 RECOVERING = "recovering"
 
 
-class ExecutorRun:
+class ExecutorRun(ContainerRun):
     """One custom executor process on this agent and the tasks given to it."""
 
+    what = "executor"
+    noun = "executor"
+    sandbox_noun = "the executor's sandbox"
+    pid_kind = checkpoint.EXECUTOR
+
     def __init__(self, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo) -> None:
-        self.agent = agent
+        super().__init__(agent, framework.framework_id, info.executor_id, {"executor": info.executor_id})
         self.framework = framework
-        self.framework_id = framework.framework_id
         self.executor_id = info.executor_id
         self.info = ExecutorInfo(
             executor_id=info.executor_id,
@@ -88,12 +89,7 @@ class ExecutorRun:
             name=info.name or "",
             framework_id=self.framework_id,
         )
-        self.container_id = uuidlib.uuid4().hex
-        self.recovering: checkpoint.ContainerEntry | None = None
         self.state = LAUNCHING
-        self.sandbox: Sandbox | None = None
-        self.container: Container | None = None
-        self.running: RunningContainer | None = None
         self.conn: Connection | None = None
         self.tasks: dict[str, TaskInfo] = {}
         """Unfinished tasks, queued or launched."""
@@ -105,7 +101,6 @@ class ExecutorRun:
         self._ended = False
         self.reason: str | None = None
         self.message: str | None = None
-        self.log = log.bind(agent=agent.agent_id, framework=self.framework_id, executor=self.executor_id)
 
     @classmethod
     def recovered(cls, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo,
@@ -113,19 +108,8 @@ class ExecutorRun:
         """The executor as a restarted agent takes it back (tasks follow through
         :meth:`recover_task`); :meth:`run` then watches it."""
         self = cls(agent, framework, info)
-        self.container_id = container.container_id
-        self.recovering = container
+        self.take_over(container)
         self.state = RECOVERING
-        self.sandbox = Sandbox(container.sandbox)
-        self.container = Container(
-            container_id=self.container_id,
-            framework_id=self.framework_id,
-            executor_id=self.executor_id,
-            resources=self._resources(),
-            sandbox=container.sandbox,
-            launch=ContainerLaunch(argv=[], env={}, cwd=container.sandbox),
-            pid=container.pid or None,
-        )
         return self
 
     def recover_task(self, task: TaskInfo, launched: bool) -> None:
@@ -141,114 +125,65 @@ class ExecutorRun:
     def alive(self) -> bool:
         return self.state in (LAUNCHING, REGISTERED, RECOVERING)
 
-    # -- life -------------------------------------------------------------
+    # -- the container's life (see ContainerRun) -----------------------------
 
-    async def run(self) -> None:
-        try:
-            await self._run()
-        except Exception as exc:
-            # A bug of ours: still fail the tasks and release the executor.
-            self.log.exception("executor run failed")
-            if not self._ended:
-                self._end(-1, "agent_error", f"the agent failed running the executor: {exc!r}")
-            raise
-        finally:
-            self.state = TERMINATED
-            for timer in self._timers.values():
-                timer.cancel()
-            self._timers.clear()
-            if self.running is not None and self.running.returncode is None:
-                self.running.kill()  # cancelled while alive: the agent is stopping
-            if self.conn is not None:
-                self.conn.close()
+    @property
+    def end_reported(self) -> bool:
+        return self._ended
 
-    async def _run(self) -> None:
-        if self.recovering is not None:
-            await self._resume(self.recovering)
-            return
-        config = self.agent.config
-        try:
-            self.sandbox = Sandbox.create(config.work_dir, self.framework_id, self.executor_id, self.container_id)
-            for task_id in self.tasks:
-                self.sandbox.task_dir(task_id)
-        except OSError as exc:
-            self._end(-1, "sandbox_creation_failed", f"cannot create the executor's sandbox: {exc}")
-            return
+    def _container_resources(self) -> Resources:
+        return self._resources()
+
+    def _sandbox_ready(self) -> None:
+        assert self.sandbox is not None
+        for task_id in self.tasks:
+            self.sandbox.task_dir(task_id)
+
+    def _launch_spec(self, sandbox: Sandbox) -> ContainerLaunch:
         command = self.info.command
-        self.container = Container(
-            container_id=self.container_id,
-            framework_id=self.framework_id,
-            executor_id=self.executor_id,
-            resources=self._resources(),
-            sandbox=self.sandbox.path,
-            launch=ContainerLaunch(
-                argv=command_argv(command),
-                env=command_env(command, {
-                    "MEZZO_AGENT_ENDPOINT": self.agent.endpoint,
-                    "MEZZO_FRAMEWORK_ID": self.framework_id,
-                    "MEZZO_EXECUTOR_ID": self.executor_id,
-                    "MEZZO_SANDBOX": self.sandbox.path,
-                    "PYTHONUNBUFFERED": "1",
-                }),
-                cwd=self.sandbox.path,
-            ),
+        return ContainerLaunch(
+            argv=command_argv(command),
+            env=command_env(command, {
+                "MEZZO_AGENT_ENDPOINT": self.agent.endpoint,
+                "MEZZO_FRAMEWORK_ID": self.framework_id,
+                "MEZZO_EXECUTOR_ID": self.executor_id,
+                "MEZZO_SANDBOX": sandbox.path,
+                "PYTHONUNBUFFERED": "1",
+            }),
+            cwd=sandbox.path,
         )
-        journal = self.agent.checkpoint
-        try:
-            self.running = await self.agent.containerizer.launch(
-                self.container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr,
-                exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
-            )
-        except LaunchError as exc:
-            self.log.warning("executor failed to launch", error=str(exc))
-            self._end(-1, "container_launch_failed", str(exc))
-            return
-        if journal.enabled:
-            journal.pid(self.framework_id, self.executor_id, checkpoint.EXECUTOR, self.running.pid,
-                        self.running.start_time)
+
+    def _launched(self) -> None:
+        assert self.running is not None
         self.log.info("executor launched", pid=self.running.pid, container=self.container_id)
         if self.state == TERMINATING:
             self.running.kill()  # shut down while it was being launched
         else:
             self._timers["register"] = asyncio.get_running_loop().call_later(
-                config.executor_register_timeout, self._register_timed_out
+                self.agent.config.executor_register_timeout, self._register_timed_out
             )
-        await self._finish(await self.running.wait())
 
-    async def _resume(self, recorded: checkpoint.ContainerEntry) -> None:
-        """Watch the executor an earlier agent started; wait for it to re-register."""
-        assert self.sandbox is not None and self.container is not None
-        if not recorded.pid:
-            await self.agent.containerizer.destroy(self.container)
-            self._end(-1, "container_lost", "the agent died while launching the executor and, restarted, "
-                                            "found no process of it")
-            return
-        alive = posix.identify(recorded.pid, recorded.start_time) == posix.SAME
-        self.running = RunningContainer.adopt(self.container, recorded.pid, recorded.start_time,
-                                              os.path.join(self.sandbox.path, EXIT_FILE))
-        if alive:
-            timeout = self.agent.config.executor_register_timeout
-            self.log.info("executor adopted after the agent restarted; waiting for it to re-register",
-                          pid=recorded.pid, timeout=timeout, tasks=len(self.tasks))
-            if self.state == RECOVERING:
-                self._timers["register"] = asyncio.get_running_loop().call_later(
-                    timeout, self._reregister_timed_out)
-            elif self.state == TERMINATING:
-                self.running.kill()  # shut down before it came back
-        else:
-            self.log.info("executor ended while the agent was down", pid=recorded.pid)
-        await self._finish(await self.running.wait())
+    def _adopted(self) -> None:
+        assert self.running is not None
+        timeout = self.agent.config.executor_register_timeout
+        self.log.info("executor adopted after the agent restarted; waiting for it to re-register",
+                      pid=self.running.pid, timeout=timeout, tasks=len(self.tasks))
+        if self.state == RECOVERING:
+            self._timers["register"] = asyncio.get_running_loop().call_later(timeout, self._reregister_timed_out)
+        elif self.state == TERMINATING:
+            self.running.kill()  # shut down before it came back
 
-    async def _finish(self, returncode: int) -> None:
-        assert self.running is not None and self.container is not None
+    def _lost_at_launch(self, code: int | None) -> None:
+        self._end(-1, "container_lost", "the agent died while launching the executor and, restarted, "
+                                        "found no process of it")
+
+    def _exited(self) -> None:
         self.state = TERMINATED
-        leftovers = self.running.kill()
-        if leftovers:
-            self.log.debug("killed processes left behind by the executor", count=leftovers)
         if self.conn is not None:
             self.conn.close()
-        limitation = await self.agent.containerizer.limitation(self.container)
-        await self.agent.containerizer.destroy(self.container)
+
+    def _report_end(self, returncode: int, limitation: Limitation | None) -> None:
+        assert self.running is not None
         exit_status, how = describe_exit(returncode)
         if not self.running.exit_known:
             how = "ended without recording its exit status (killed with its wrapper, e.g. by SIGKILL)"
@@ -258,6 +193,17 @@ class ExecutorRun:
             self._end(exit_status, limitation.reason, f"{limitation.message}; executor {how}")
         else:
             self._end(exit_status, self.reason or "executor_exited", self.message or f"executor {how}")
+
+    def _not_started(self, reason: str, message: str) -> None:
+        self._end(-1, reason, message)
+
+    def _cleanup(self) -> None:
+        self.state = TERMINATED
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self.conn is not None:
+            self.conn.close()
 
     def _end(self, exit_status: int, reason: str, message: str) -> None:
         """Fail every unfinished task, then tell the agent (which tells the master)."""
