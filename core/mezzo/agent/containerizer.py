@@ -36,6 +36,7 @@ import structlog
 from ..config import AgentConfig
 from ..errors import MezzoError
 from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
+from ..isolation import program_problem  # noqa: F401 - re-exported (was defined here)
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
@@ -453,23 +454,6 @@ def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
             # that they only make system calls (join a cgroup, enter a namespace).
             preexec_fn=_chain(launch.preexec, preexec_owners) if launch.preexec else None,  # noqa: PLW1509
         )
-
-
-def program_problem(program: str, env: Mapping[str, str], cwd: str) -> str | None:
-    """Why exec would not find ``program`` (as ``subprocess`` searches: the PATH of
-    ``env``, relative names from ``cwd``), or None if it would. Isolators that wrap the
-    command (``lxc``) use it to fail a launch with the reason instead of an exit status."""
-    if "/" in program:
-        candidates = [os.path.join(cwd, program)]
-    else:
-        candidates = [os.path.join(cwd, d, program) for d in os.get_exec_path(dict(env))]
-    problem = "No such file or directory"
-    for path in candidates:
-        if os.path.isfile(path):
-            if os.access(path, os.X_OK):
-                return None
-            problem = "Permission denied"
-    return problem
 
 
 def _abandon(spawn: asyncio.Future[tuple[subprocess.Popen, int]]) -> None:

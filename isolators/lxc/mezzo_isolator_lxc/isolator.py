@@ -51,10 +51,9 @@ from typing import Any
 
 import structlog
 
-from mezzo.agent import posix
-from mezzo.agent.containerizer import program_problem
 from mezzo.errors import ConfigError
 from mezzo.hookspecs import Container, Isolator, Limitation
+from mezzo.isolation import process_alive, process_start_time, program_problem
 
 from . import cgroups, lxc_config
 from .cgroups import LxcCgroups
@@ -117,8 +116,7 @@ class LxcIsolator(Isolator):
         self.extra_config = [line.strip() for line in extra]
 
         self.program = self._find_program(settings)
-        me = posix.read_stat(os.getpid())
-        self.owner = f"{os.getpid()} {me.start_time if me is not None else 0}"
+        self.owner = f"{os.getpid()} {process_start_time(os.getpid()) or 0}"
         """Written into each container's directory: which agent process made it."""
         self.swap_accounted = cgroups.swap_accounted()
         self._check_host()
@@ -387,7 +385,7 @@ def _owner_alive(path: str) -> bool:
             pid, start_time = (int(x) for x in f.read().split())
     except (OSError, ValueError):
         return False
-    return posix.identify(pid, start_time) == posix.SAME
+    return process_alive(pid, start_time)
 
 
 def _tail(text: str, lines: int = 4) -> str:
