@@ -64,6 +64,7 @@ from ..config import AgentConfig
 from ..discovery import peer_address
 from ..errors import ConfigError, MezzoError
 from ..hookspecs import Container
+from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, parse_address, serve
@@ -133,7 +134,9 @@ class Agent:
             peer_address(config.master, DEFAULT_MASTER_PORT)
         except ValueError as exc:
             raise ConfigError("agent.master", str(exc)) from None
-        self.containerizer = Containerizer.from_config(config, self.plugins)
+        self.plugin_guard = PluginGuard(structlog.get_logger("mezzo.agent", component="plugins"))
+        """Counts and logs the failures of calls into isolators (see :attr:`plugin_failures`)."""
+        self.containerizer = Containerizer.from_config(config, self.plugins, self.plugin_guard)
 
         self.agent_id = ""
         self.address = ""
@@ -173,6 +176,11 @@ class Agent:
         self._stopping = False
         self._starting_over = False
         self._stop_task: asyncio.Task | None = None
+
+    @property
+    def plugin_failures(self) -> dict[str, int]:
+        """Failed calls into plugins so far, by ``isolator/<name>.<method>`` (empty when none)."""
+        return self.plugin_guard.counts()
 
     # -- life cycle -------------------------------------------------------
 
@@ -398,7 +406,8 @@ class Agent:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        self.log.info("agent stopped")
+        failures = self.plugin_failures
+        self.log.info("agent stopped", **({"plugin_failures": failures} if failures else {}))
         self.stopped.set()
 
     def background(self, coro: Coroutine[Any, Any, Any], *, what: str) -> asyncio.Task:

@@ -16,14 +16,19 @@ order, ``update`` when resources change, ``cleanup`` in reverse order.
 Error handling: a ``prepare`` or ``isolate`` that raises fails the launch with
 :class:`LaunchError` naming the isolator, after the isolators that had already
 prepared are cleaned up in reverse (and the process, if spawned, is killed).
-``cleanup`` failures are logged and gathered, never raised: a container that is
-gone must not take the agent down with it.
+``cleanup`` failures are gathered, never raised: a container that is gone must
+not take the agent down with it. ``recover``, ``update``, ``usage`` and
+``limitation`` failures are otherwise ignored (a limitation that cannot be told is
+no answer). Every one of these failures, and a ``preexec`` function that fails in
+the child, is also reported to :attr:`Containerizer.guard`, a
+:class:`~mezzo.plugin_guard.PluginGuard`: counted per isolator and call, and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -37,6 +42,7 @@ from ..config import AgentConfig
 from ..errors import MezzoError
 from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
 from ..isolation import program_problem  # noqa: F401 - re-exported (was defined here)
+from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
@@ -249,14 +255,21 @@ def _watch_adopted(running: RunningContainer) -> asyncio.Future[int]:
 
 
 class Containerizer:
-    """Launches containers through an ordered list of isolators."""
+    """Launches containers through an ordered list of isolators.
 
-    def __init__(self, isolators: Sequence[Isolator]) -> None:
+    Every call into an isolator that raises is reported to :attr:`guard` (counted per
+    ``isolator/<name>.<method>``, logged with the isolator's name, at most once a minute
+    per call site after the first), in addition to what the failure means for the
+    container (see the module docstring)."""
+
+    def __init__(self, isolators: Sequence[Isolator], guard: PluginGuard | None = None) -> None:
         self.isolators = list(isolators)
+        self.guard = guard if guard is not None else PluginGuard(log)
+        """Where isolator failures are counted; the agent passes its own."""
         self._spawner: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_config(cls, config: AgentConfig, plugins: Plugins) -> Containerizer:
+    def from_config(cls, config: AgentConfig, plugins: Plugins, guard: PluginGuard | None = None) -> Containerizer:
         """Create the isolators ``config.isolation`` names, in order.
 
         Raises :class:`~mezzo.errors.ConfigError` for a name that is not
@@ -274,7 +287,7 @@ class Containerizer:
                     selected_by="agent.isolation",
                 )
             )
-        return cls(isolators)
+        return cls(isolators, guard)
 
     @property
     def names(self) -> list[str]:
@@ -286,8 +299,8 @@ class Containerizer:
         for iso in self.isolators:
             try:
                 await iso.recover(list(containers))
-            except Exception:
-                log.exception("isolator failed to recover", isolator=iso.name)
+            except Exception as exc:
+                self.guard.failed(iso, "recover", exc)
 
     async def launch(self, container: Container, *, stdout: str, stderr: str,
                      exit_file: str | None = None) -> RunningContainer:
@@ -304,6 +317,7 @@ class Containerizer:
                 try:
                     await iso.prepare(container)
                 except Exception as exc:
+                    self.guard.failed(iso, "prepare", exc, container=container.container_id)
                     raise LaunchError(f"isolator {iso.name!r} failed to prepare the container: {exc}") from exc
                 prepared.append(iso)
                 for fn in container.launch.preexec:
@@ -313,6 +327,7 @@ class Containerizer:
                 try:
                     await iso.isolate(container)
                 except Exception as exc:
+                    self.guard.failed(iso, "isolate", exc, container=container.container_id)
                     raise LaunchError(f"isolator {iso.name!r} failed to isolate the container: {exc}") from exc
             return running
         except BaseException:
@@ -348,7 +363,11 @@ class Containerizer:
             raise LaunchError(f"cannot start {launch.argv[0]!r}: {exc}") from None
         except subprocess.SubprocessError as exc:
             # A preexec function raised in the child; it said which and why on stderr.
-            raise LaunchError(_preexec_failure(stderr) or f"cannot start {argv[0]!r}: {exc}") from exc
+            failure = _preexec_failure(stderr)
+            owner = next((iso for iso in self.isolators if iso.name == _preexec_owner(failure)), None)
+            if owner is not None and failure is not None:
+                self.guard.failed(owner, "preexec", RuntimeError(failure), container=container.container_id)
+            raise LaunchError(failure or f"cannot start {argv[0]!r}: {exc}") from exc
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise LaunchError(f"cannot start {argv[0]!r}: {reason}") from exc
@@ -367,13 +386,13 @@ class Containerizer:
             self._spawner = None
 
     async def update(self, container: Container, resources: Resources) -> None:
-        """The container's resources changed; tell every isolator (errors are logged)."""
+        """The container's resources changed; tell every isolator (failures are reported, not raised)."""
         container.resources = resources
         for iso in self.isolators:
             try:
                 await iso.update(container, resources)
-            except Exception:
-                log.exception("isolator failed to update", isolator=iso.name, container=container.container_id)
+            except Exception as exc:
+                self.guard.failed(iso, "update", exc, container=container.container_id)
 
     async def usage(self, container: Container) -> dict[str, float]:
         """Merged measurements of every isolator (later isolators win on equal keys)."""
@@ -381,19 +400,18 @@ class Containerizer:
         for iso in self.isolators:
             try:
                 out.update(await iso.usage(container))
-            except Exception:
-                log.exception("isolator failed to measure usage", isolator=iso.name)
+            except Exception as exc:
+                self.guard.failed(iso, "usage", exc, container=container.container_id)
         return out
 
     async def limitation(self, container: Container) -> Limitation | None:
         """Whether an isolator's limit ended the container: the first isolator's answer
-        in ``agent.isolation`` order (errors are logged and count as no answer)."""
+        in ``agent.isolation`` order (a failure counts as no answer)."""
         for iso in self.isolators:
             try:
                 found = await iso.limitation(container)
-            except Exception:
-                log.exception("isolator failed to tell a limitation", isolator=iso.name,
-                              container=container.container_id)
+            except Exception as exc:
+                self.guard.failed(iso, "limitation", exc, container=container.container_id)
                 continue
             if found is not None:
                 return found
@@ -409,7 +427,7 @@ class Containerizer:
             try:
                 await iso.cleanup(container)
             except Exception as exc:
-                log.exception("isolator failed to clean up", isolator=iso.name, container=container.container_id)
+                self.guard.failed(iso, "cleanup", exc, container=container.container_id)
                 errors.append(f"{iso.name}: {exc}")
         return errors
 
@@ -499,6 +517,15 @@ def _preexec_failure(stderr: str) -> str | None:
         return None
     found = [line for line in tail.splitlines() if line.startswith(PREEXEC_FAILED)]
     return found[-1][len("mezzo: "):] if found else None
+
+
+_PREEXEC_OWNER = re.compile(r"""^isolator (['"])(.*?)\1 failed""")
+
+
+def _preexec_owner(failure: str | None) -> str | None:
+    """The isolator named by a :func:`_preexec_failure` line, if any."""
+    found = _PREEXEC_OWNER.match(failure or "")
+    return found.group(2) if found else None
 
 
 async def _reap(running: RunningContainer) -> None:
