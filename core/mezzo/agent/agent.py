@@ -51,6 +51,7 @@ frames never reach this module: the transport closes that one connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -321,14 +322,12 @@ class Agent:
             cp.framework_gone(fid)
 
         recovered: list[tuple[Container, Callable[[], None]]] = []
-        for fw, task in commands:
-            assert task.container is not None
-            recovered.append((task.container, lambda fw=fw, task=task: self.background(
-                self._run_command(fw, task), what=f"command task {task.task_id}")))
+        for fw, command in commands:
+            assert command.container is not None
+            recovered.append((command.container, functools.partial(self._start_command, fw, command)))
         for run in runs:
             assert run.container is not None
-            recovered.append((run.container, lambda run=run: self.background(
-                run.run(), what=f"executor {run.executor_id}")))
+            recovered.append((run.container, functools.partial(self._start_executor, run)))
         self.log.info("recovered from the checkpoint", command_tasks=len(commands), executors=len(runs),
                       tasks=len(self.tasks), updates_pending=sum(len(s) for s in self.updates.streams.values()))
         return recovered
@@ -387,8 +386,8 @@ class Agent:
         if self._link is not None:
             await self._link.close()
         for fw in self.frameworks.values():
-            for task in fw.command_tasks.values():
-                task.kill_now()
+            for command in fw.command_tasks.values():
+                command.kill_now()
             for run in fw.executors.values():
                 run.terminate(None, "agent stopped")
         pending = set(self._background)
@@ -585,31 +584,39 @@ class Agent:
             fw = self.frameworks[fid] = FrameworkState(framework)
         fw.info = framework
         self.checkpoint.framework(framework)
+        runner: CommandTask | ExecutorRun
         if task.command is not None:
-            runner: CommandTask | ExecutorRun = CommandTask(self, framework, task)
+            command = runner = CommandTask(self, framework, task)
             if self.checkpoint.enabled:
-                self.checkpoint.task(fid, task, container_id=runner.container_id, sandbox=Sandbox.path_for(
-                    os.path.abspath(self.config.work_dir), fid, tid, runner.container_id))
-            fw.command_tasks[tid] = runner
-            self.background(self._run_command(fw, runner), what=f"command task {tid}")
+                self.checkpoint.task(fid, task, container_id=command.container_id, sandbox=Sandbox.path_for(
+                    os.path.abspath(self.config.work_dir), fid, tid, command.container_id))
+            fw.command_tasks[tid] = command
+            self._start_command(fw, command)
         else:
             eid = task.executor.executor_id
-            runner = fw.executors.get(eid)
-            if runner is not None and not runner.alive:
+            run = fw.executors.get(eid)
+            if run is not None and not run.alive:
                 self._reject(fid, tid, TaskState.TASK_DROPPED, "executor_terminating",
                              f"executor {eid!r} is shutting down")
                 return
-            if runner is None:
-                runner = fw.executors[eid] = ExecutorRun(self, framework, task.executor)
+            if run is None:
+                run = fw.executors[eid] = ExecutorRun(self, framework, task.executor)
                 if self.checkpoint.enabled:
-                    self.checkpoint.executor(fid, runner.info, runner.container_id, Sandbox.path_for(
-                        os.path.abspath(self.config.work_dir), fid, eid, runner.container_id))
-                self.background(runner.run(), what=f"executor {eid}")
-            runner.add_task(task)
+                    self.checkpoint.executor(fid, run.info, run.container_id, Sandbox.path_for(
+                        os.path.abspath(self.config.work_dir), fid, eid, run.container_id))
+                self._start_executor(run)
+            run.add_task(task)
+            runner = run
         self.tasks[key] = TaskRecord(fid, task, runner)
         fw.task_ids.add(tid)
         self.log.debug("task accepted", framework=fid, task=tid,
                        executor=getattr(runner, "executor_id", "command"))
+
+    def _start_command(self, fw: FrameworkState, task: CommandTask) -> None:
+        self.background(self._run_command(fw, task), what=f"command task {task.task_id}")
+
+    def _start_executor(self, run: ExecutorRun) -> None:
+        self.background(run.run(), what=f"executor {run.executor_id}")
 
     async def _run_command(self, fw: FrameworkState, task: CommandTask) -> None:
         try:

@@ -230,7 +230,7 @@ class ExecutorRun(ContainerRun):
                 self.sandbox.task_dir(task.task_id)
             except OSError as exc:
                 self.log.warning("cannot create the task's directory", task=task.task_id, error=str(exc))
-        if launch_now:
+        if launch_now and self.conn is not None:
             self.conn.remote(EXECUTOR).launch_task(task)
             self._update_resources()
         else:
