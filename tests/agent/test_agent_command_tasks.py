@@ -222,7 +222,8 @@ def test_bad_calls_are_answered_not_raised(tmp_path):
         async with running_agent(agent_config(tmp_path, master.address)) as agent:
             master.agent.kill_task("fw-1", "ghost")
             lost = await master.wait_final("ghost")
-            assert name(lost.state) == "TASK_LOST" and lost.message == "unknown task"
+            assert name(lost.state) == "TASK_LOST" and lost.reason == "task_unknown"
+            assert lost.message == "kill_task: the agent knows no such task"
 
             master.agent.run_task(FRAMEWORK, command_task("dup", "sleep 30"))
             await master.wait_state("dup", "TASK_RUNNING")

@@ -108,3 +108,13 @@ def test_a_framework_connection_cannot_speak_for_another_framework(master):
     assert two.called("error") and "not registered on this connection" in two.called("error")[0][0]
     master.service.register_framework(two, FrameworkInfo(name="again"))
     assert "already framework" in two.called("error")[-1][0]
+
+
+def test_a_kill_of_a_task_the_master_does_not_know_is_answered_task_lost_task_unknown(master):
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f"))
+    ((fid, _),) = sched.called("registered")
+    master.service.kill_task(sched, fid, "ghost")
+    ((status,),) = sched.called("status_update")
+    assert (status.task_id, status.state, status.reason) == ("ghost", TaskState.TASK_LOST, "task_unknown")
+    assert status.source == "master" and "no such running task" in status.message

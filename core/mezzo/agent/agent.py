@@ -135,8 +135,9 @@ class Agent:
             peer_address(config.master, DEFAULT_MASTER_PORT)
         except ValueError as exc:
             raise ConfigError("agent.master", str(exc)) from None
-        self.plugin_guard = PluginGuard(structlog.get_logger("mezzo.agent", component="plugins"))
-        """Counts and logs the failures of calls into isolators (see :attr:`plugin_failures`)."""
+        self.plugin_guard: PluginGuard = self.plugins.guard
+        """This daemon's one boundary for calls into plugins (:mod:`mezzo.plugin_guard`):
+        counts and logs the failures of isolator calls (see :attr:`plugin_failures`)."""
         self.containerizer = Containerizer.from_config(config, self.plugins, self.plugin_guard)
 
         self.agent_id = ""
@@ -191,7 +192,9 @@ class Agent:
         try:
             os.makedirs(config.work_dir, exist_ok=True)
         except OSError as exc:
-            raise ConfigError("agent.work_dir", f"cannot create {config.work_dir!r}: {exc.strerror}") from None
+            raise ConfigError(
+                "agent.work_dir", f"cannot create {config.work_dir!r}: {exc.strerror}"
+            ) from None
         self.resources = agent_resources(config.resources, config.work_dir)
         try:
             self.checkpoint.lock()
@@ -224,8 +227,11 @@ class Agent:
             raise MezzoError(f"agent.master: {exc}") from None
         self.statistics.start()
         self.log.info(
-            "agent started", address=self.address, master=self._link.address,
-            resources=str(self.resources), isolation=self.containerizer.names,
+            "agent started",
+            address=self.address,
+            master=self._link.address,
+            resources=str(self.resources),
+            isolation=self.containerizer.names,
         )
 
     async def _bind(self, host: str, port: int, recovered_port: int) -> asyncio.base_events.Server:
@@ -237,12 +243,18 @@ class Agent:
                 return await serve(host, recovered_port, AGENT, self._service, max_frame=max_frame)
             except OSError as exc:
                 (self.log.error if executors else self.log.info)(
-                    "cannot bind the port the agent had before its restart" +
-                    ("; its executors will not find it" if executors else ""),
-                    port=recovered_port, error=exc.strerror or str(exc))
+                    "cannot bind the port the agent had before its restart"
+                    + ("; its executors will not find it" if executors else ""),
+                    port=recovered_port,
+                    error=exc.strerror or str(exc),
+                )
         elif recovered_port and port not in (0, recovered_port) and executors:
-            self.log.warning("agent.listen names another port than the agent had before its restart; its "
-                             "executors will not find it", port=port, before=recovered_port)
+            self.log.warning(
+                "agent.listen names another port than the agent had before its restart; its "
+                "executors will not find it",
+                port=port,
+                before=recovered_port,
+            )
         return await serve(host, port, AGENT, self._service, max_frame=max_frame)
 
     # -- recovery -----------------------------------------------------------
@@ -254,9 +266,14 @@ class Agent:
         back, with what starts watching it."""
         if state.agent_id:
             self.log = log.bind(agent=state.agent_id)
-        self.log.info("recovering from the checkpoint", checkpoint=self.checkpoint.path,
-                      frameworks=len(state.frameworks), tasks=len(state.tasks), executors=len(state.executors),
-                      problems=len(state.problems))
+        self.log.info(
+            "recovering from the checkpoint",
+            checkpoint=self.checkpoint.path,
+            frameworks=len(state.frameworks),
+            tasks=len(state.tasks),
+            executors=len(state.executors),
+            problems=len(state.problems),
+        )
         sandboxes = unrecorded_sandboxes(state)
         leaders = posix.session_leaders_in(sandboxes) if sandboxes else {}
         found = {}
@@ -273,12 +290,19 @@ class Agent:
             self.agent_id = plan.agent_id
             self.log = log.bind(agent=self.agent_id)
         for found in plan.found_pids:
-            self.log.info("found the process of a container launched as the agent died",
-                          container=found.container_id, pid=found.pid)
+            self.log.info(
+                "found the process of a container launched as the agent died",
+                container=found.container_id,
+                pid=found.pid,
+            )
             cp.pid(found.framework_id, found.ident, found.kind, found.pid, found.start_time)
         for damaged in plan.damaged_executors:
-            self.log.error("cannot recover an executor: its checkpoint is damaged; killing it",
-                           framework=damaged.framework_id, executor=damaged.executor_id, why=damaged.why)
+            self.log.error(
+                "cannot recover an executor: its checkpoint is damaged; killing it",
+                framework=damaged.framework_id,
+                executor=damaged.executor_id,
+                why=damaged.why,
+            )
         for kill in plan.kills:
             posix.kill_tree(kill.container.pid, start_time=kill.container.start_time)
         for gone in plan.shut_down:
@@ -296,7 +320,9 @@ class Agent:
         runs: list[ExecutorRun] = []
         for ex in plan.executors:
             fw = self.frameworks[ex.framework_id]
-            run = fw.executors[ex.info.executor_id] = ExecutorRun.recovered(self, fw.info, ex.info, ex.container)
+            run = fw.executors[ex.info.executor_id] = ExecutorRun.recovered(
+                self, fw.info, ex.info, ex.container
+            )
             for task_info, launched in ex.tasks:
                 run.recover_task(task_info, launched)
                 self._hold(ex.framework_id, task_info, run)
@@ -305,7 +331,8 @@ class Agent:
         for cmd in plan.command_tasks:
             fw = self.frameworks[cmd.framework_id]
             command = fw.command_tasks[cmd.info.task_id] = CommandTask.recovered(
-                self, fw.info, cmd.info, cmd.container, cmd.latest)
+                self, fw.info, cmd.info, cmd.container, cmd.latest
+            )
             self._hold(cmd.framework_id, cmd.info, command)
             commands.append((fw, command))
         for key, task_info in plan.reporting:
@@ -328,8 +355,13 @@ class Agent:
         for run in runs:
             assert run.container is not None
             recovered.append((run.container, functools.partial(self._start_executor, run)))
-        self.log.info("recovered from the checkpoint", command_tasks=len(commands), executors=len(runs),
-                      tasks=len(self.tasks), updates_pending=sum(len(s) for s in self.updates.streams.values()))
+        self.log.info(
+            "recovered from the checkpoint",
+            command_tasks=len(commands),
+            executors=len(runs),
+            tasks=len(self.tasks),
+            updates_pending=sum(len(s) for s in self.updates.streams.values()),
+        )
         return recovered
 
     def _hold(self, framework_id: str, info: TaskInfo, runner: CommandTask | ExecutorRun | None) -> None:
@@ -340,14 +372,25 @@ class Agent:
     def _fail_recovered(self, failure: TaskFailure) -> None:
         fid, tid = failure.key
         info = failure.info
-        self.log.error("cannot recover a task from the checkpoint; it is reported failed",
-                       framework=fid, task=tid, why=failure.problem)
+        self.log.error(
+            "cannot recover a task from the checkpoint; it is reported failed",
+            framework=fid,
+            task=tid,
+            why=failure.problem,
+        )
         if failure.report:
-            self.emit_status(TaskStatus(
-                task_id=tid, framework_id=fid, state=TaskState.TASK_FAILED, reason=CHECKPOINT_UNREADABLE,
-                message=f"the agent restarted and could not recover the task: {failure.problem}",
-                executor_id=(info.executor.executor_id if info is not None and info.executor is not None else tid),
-            ))
+            self.emit_status(
+                TaskStatus(
+                    task_id=tid,
+                    framework_id=fid,
+                    state=TaskState.TASK_FAILED,
+                    reason=CHECKPOINT_UNREADABLE,
+                    message=f"the agent restarted and could not recover the task: {failure.problem}",
+                    executor_id=(
+                        info.executor.executor_id if info is not None and info.executor is not None else tid
+                    ),
+                )
+            )
         if failure.journal_damaged:
             self.checkpoint.damage_settled(fid, tid)  # its end is in its update stream now
         if failure.keep_record:
@@ -364,8 +407,9 @@ class Agent:
         registered = asyncio.ensure_future(self.registered.wait())
         stopped = asyncio.ensure_future(self.stopped.wait())
         try:
-            done, _ = await asyncio.wait({registered, stopped}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {registered, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             registered.cancel()
             stopped.cancel()
@@ -483,8 +527,9 @@ class Agent:
     def _on_reregistration_refused(self, message: str) -> None:
         if self._starting_over or self._stopping:
             return
-        self.log.warning("the cluster declared this agent lost; killing its tasks and registering anew",
-                         message=message)
+        self.log.warning(
+            "the cluster declared this agent lost; killing its tasks and registering anew", message=message
+        )
         self._starting_over = True
         self.registered.clear()
         self.background(self._start_over(), what="starting over as a new agent")
@@ -501,8 +546,10 @@ class Agent:
             while self.frameworks and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if self.frameworks:
-                self.log.warning("containers of the lost agent outlived their kill; registering anyway",
-                                 frameworks=sorted(self.frameworks))
+                self.log.warning(
+                    "containers of the lost agent outlived their kill; registering anyway",
+                    frameworks=sorted(self.frameworks),
+                )
                 self.frameworks.clear()
             self.agent_id = ""
             self.log = log
@@ -588,29 +635,45 @@ class Agent:
         if task.command is not None:
             command = runner = CommandTask(self, framework, task)
             if self.checkpoint.enabled:
-                self.checkpoint.task(fid, task, container_id=command.container_id, sandbox=Sandbox.path_for(
-                    os.path.abspath(self.config.work_dir), fid, tid, command.container_id))
+                self.checkpoint.task(
+                    fid,
+                    task,
+                    container_id=command.container_id,
+                    sandbox=Sandbox.path_for(
+                        os.path.abspath(self.config.work_dir), fid, tid, command.container_id
+                    ),
+                )
             fw.command_tasks[tid] = command
             self._start_command(fw, command)
         else:
             eid = task.executor.executor_id
             run = fw.executors.get(eid)
             if run is not None and not run.alive:
-                self._reject(fid, tid, TaskState.TASK_DROPPED, "executor_terminating",
-                             f"executor {eid!r} is shutting down")
+                self._reject(
+                    fid,
+                    tid,
+                    TaskState.TASK_DROPPED,
+                    "executor_terminating",
+                    f"executor {eid!r} is shutting down",
+                )
                 return
             if run is None:
                 run = fw.executors[eid] = ExecutorRun(self, framework, task.executor)
                 if self.checkpoint.enabled:
-                    self.checkpoint.executor(fid, run.info, run.container_id, Sandbox.path_for(
-                        os.path.abspath(self.config.work_dir), fid, eid, run.container_id))
+                    self.checkpoint.executor(
+                        fid,
+                        run.info,
+                        run.container_id,
+                        Sandbox.path_for(os.path.abspath(self.config.work_dir), fid, eid, run.container_id),
+                    )
                 self._start_executor(run)
             run.add_task(task)
             runner = run
         self.tasks[key] = TaskRecord(fid, task, runner)
         fw.task_ids.add(tid)
-        self.log.debug("task accepted", framework=fid, task=tid,
-                       executor=getattr(runner, "executor_id", "command"))
+        self.log.debug(
+            "task accepted", framework=fid, task=tid, executor=getattr(runner, "executor_id", "command")
+        )
 
     def _start_command(self, fw: FrameworkState, task: CommandTask) -> None:
         self.background(self._run_command(fw, task), what=f"command task {task.task_id}")
@@ -642,16 +705,26 @@ class Agent:
             if (framework_id, task_id) in self.updates.streams:
                 return  # already answered (rejected or lost), awaiting its acknowledgement
             self.log.warning("kill for an unknown task", framework=framework_id, task=task_id)
-            self.emit_status(TaskStatus(
-                task_id=task_id, framework_id=framework_id, state=TaskState.TASK_LOST,
-                reason="unknown_task", message="unknown task",
-            ))
+            self.emit_status(
+                TaskStatus(
+                    task_id=task_id,
+                    framework_id=framework_id,
+                    state=TaskState.TASK_LOST,
+                    reason="task_unknown",
+                    message="kill_task: the agent knows no such task",
+                )
+            )
             return
         grace = _grace_of(kill)
         if kill is not None and (kill.reason or kill.message):
             self.kill_reasons[(framework_id, task_id)] = (str(kill.reason or ""), str(kill.message or ""))
-        self.log.info("killing task", framework=framework_id, task=task_id,
-                      grace=grace, reason=kill.reason if kill is not None else None)
+        self.log.info(
+            "killing task",
+            framework=framework_id,
+            task=task_id,
+            grace=grace,
+            reason=kill.reason if kill is not None else None,
+        )
         if rec.runner is None:
             return  # recovered with its end still being reported
         if isinstance(rec.runner, CommandTask):
@@ -672,8 +745,12 @@ class Agent:
         if fw is None:
             self.log.info("shutdown of a framework with nothing here", framework=framework_id)
             return
-        self.log.info("shutting down framework", framework=framework_id,
-                      tasks=len(fw.command_tasks), executors=len(fw.executors))
+        self.log.info(
+            "shutting down framework",
+            framework=framework_id,
+            tasks=len(fw.command_tasks),
+            executors=len(fw.executors),
+        )
         # A restart before its containers are gone kills them and reports nothing.
         self.checkpoint.shutdown(framework_id)
         fw.shutting_down = True
@@ -686,8 +763,9 @@ class Agent:
 
     def _reject(self, fid: str, tid: str, state: int, reason: str, message: str) -> None:
         self.log.warning("rejecting task", framework=fid, task=tid, reason=reason, message=message)
-        status = TaskStatus(task_id=tid, state=state, reason=reason, message=message,
-                            source="agent", framework_id=fid)
+        status = TaskStatus(
+            task_id=tid, state=state, reason=reason, message=message, source="agent", framework_id=fid
+        )
         if not fid or not tid or (fid, tid) in self.tasks or (fid, tid) in self.updates.streams:
             # The stream of this task id (if any) belongs to the task already here:
             # answer once, outside it, with no uuid (no acknowledgement wanted).
@@ -730,8 +808,11 @@ class Agent:
             if master is not None:
                 master.executor_exited(self.agent_id, run.framework_id, run.executor_id, exit_status, message)
             else:
-                self.log.info("master unreachable: executor exit reported once re-registered",
-                              framework=run.framework_id, executor=run.executor_id)
+                self.log.info(
+                    "master unreachable: executor exit reported once re-registered",
+                    framework=run.framework_id,
+                    executor=run.executor_id,
+                )
                 self._unreported_exits.append((run.framework_id, run.executor_id, exit_status, message))
                 gone = False  # kept in the checkpoint until reported
         if gone:
@@ -752,9 +833,14 @@ class Agent:
             remote.status_update_acknowledged(tid, status.uuid)  # a retry of one we hold
             return
         if not run.owns(tid) or status.state not in TaskState._value2member_map_:
-            self.log.warning("ignoring executor update", framework=run.framework_id,
-                             executor=run.executor_id, task=tid, state=state_name(status.state or 0),
-                             why="task not running on this executor" if not run.owns(tid) else "bad state")
+            self.log.warning(
+                "ignoring executor update",
+                framework=run.framework_id,
+                executor=run.executor_id,
+                task=tid,
+                state=state_name(status.state or 0),
+                why="task not running on this executor" if not run.owns(tid) else "bad state",
+            )
             remote.status_update_acknowledged(tid, status.uuid or "")
             return
         self.emit_status(status, source="executor")
@@ -765,8 +851,11 @@ class Agent:
     def executor_message(self, run: ExecutorRun, data: bytes) -> None:
         master = self._master()
         if master is None:
-            self.log.info("master unreachable: dropping executor message",
-                          framework=run.framework_id, executor=run.executor_id)
+            self.log.info(
+                "master unreachable: dropping executor message",
+                framework=run.framework_id,
+                executor=run.executor_id,
+            )
             return
         master.executor_to_framework(self.agent_id, run.framework_id, run.executor_id, data or b"")
 

@@ -89,8 +89,14 @@ class CommandTask(ContainerRun):
         """The grace period the kill asked for; None: the agent's ``kill_grace_period``."""
 
     @classmethod
-    def recovered(cls, agent: Agent, framework: FrameworkInfo, task: TaskInfo, container: checkpoint.ContainerEntry,
-                  latest: TaskStatus | None) -> CommandTask:
+    def recovered(
+        cls,
+        agent: Agent,
+        framework: FrameworkInfo,
+        task: TaskInfo,
+        container: checkpoint.ContainerEntry,
+        latest: TaskStatus | None,
+    ) -> CommandTask:
         """The task as a restarted agent takes it back; :meth:`run` then resumes it."""
         self = cls(agent, framework, task)
         self.take_over(container)
@@ -115,11 +121,14 @@ class CommandTask(ContainerRun):
         command = self.task.command
         return ContainerLaunch(
             argv=command_argv(command),
-            env=command_env(command, {
-                "MEZZO_TASK_ID": self.task_id,
-                "MEZZO_FRAMEWORK_ID": self.framework_id,
-                "MEZZO_SANDBOX": sandbox.path,
-            }),
+            env=command_env(
+                command,
+                {
+                    "MEZZO_TASK_ID": self.task_id,
+                    "MEZZO_FRAMEWORK_ID": self.framework_id,
+                    "MEZZO_SANDBOX": sandbox.path,
+                },
+            ),
             cwd=sandbox.path,
         )
 
@@ -135,8 +144,11 @@ class CommandTask(ContainerRun):
 
     def _adopted(self) -> None:
         assert self.running is not None
-        self.log.info("command task adopted after the agent restarted", pid=self.running.pid,
-                      container=self.container_id)
+        self.log.info(
+            "command task adopted after the agent restarted",
+            pid=self.running.pid,
+            container=self.container_id,
+        )
         if self._kill_hard:
             self.running.kill()
         elif self.kill_requested:
@@ -146,9 +158,12 @@ class CommandTask(ContainerRun):
 
     def _lost_at_launch(self, code: int | None) -> None:
         if code is None:
-            self._status(TaskState.TASK_FAILED, reason="container_lost",
-                         message="the agent died while launching the task and, restarted, found no "
-                                 "process of it and no exit status")
+            self._status(
+                TaskState.TASK_FAILED,
+                reason="container_lost",
+                message="the agent died while launching the task and, restarted, found no "
+                "process of it and no exit status",
+            )
         else:
             self._report_exit(code)
 
@@ -159,19 +174,28 @@ class CommandTask(ContainerRun):
         assert self.running is not None
         if limitation is not None and not self.kill_requested:
             exit_code, _how = describe_exit(returncode)
-            self._status(TaskState.TASK_FAILED, reason=limitation.reason, message=limitation.message,
-                         exit_code=exit_code, data=self._output_tail())
+            self._status(
+                TaskState.TASK_FAILED,
+                reason=limitation.reason,
+                message=limitation.message,
+                exit_code=exit_code,
+                data=self._output_tail(),
+            )
         elif self.running.exit_known:
             self._report_exit(returncode)
         elif self.kill_requested:
-            self._status(TaskState.TASK_KILLED, message="command killed after a kill request",
-                         data=self._output_tail())
+            self._status(
+                TaskState.TASK_KILLED, message="command killed after a kill request", data=self._output_tail()
+            )
         else:
-            self._status(TaskState.TASK_FAILED, reason="container_lost",
-                         message="the command ended without recording its exit status (killed together with "
-                                 "its wrapper, e.g. by SIGKILL); the agent, restarted since it launched the task, "
-                                 "cannot tell how it ended",
-                         data=self._output_tail())
+            self._status(
+                TaskState.TASK_FAILED,
+                reason="container_lost",
+                message="the command ended without recording its exit status (killed together with "
+                "its wrapper, e.g. by SIGKILL); the agent, restarted since it launched the task, "
+                "cannot tell how it ended",
+                data=self._output_tail(),
+            )
 
     def _not_started(self, reason: str, message: str) -> None:
         self._status(TaskState.TASK_FAILED, reason=reason, message=message)
@@ -184,14 +208,24 @@ class CommandTask(ContainerRun):
         exit_code, how = describe_exit(returncode)
         output = self._output_tail()
         if self.kill_requested:
-            self._status(TaskState.TASK_KILLED, message=f"command {how} after a kill request",
-                         exit_code=exit_code, data=output)
+            self._status(
+                TaskState.TASK_KILLED,
+                message=f"command {how} after a kill request",
+                exit_code=exit_code,
+                data=output,
+            )
         elif returncode == 0:
-            self._status(TaskState.TASK_FINISHED, message="command exited with status 0", exit_code=0,
-                         data=output)
+            self._status(
+                TaskState.TASK_FINISHED, message="command exited with status 0", exit_code=0, data=output
+            )
         else:
-            self._status(TaskState.TASK_FAILED, reason="command_failed", message=f"command {how}",
-                         exit_code=exit_code, data=output)
+            self._status(
+                TaskState.TASK_FAILED,
+                reason="command_failed",
+                message=f"command {how}",
+                exit_code=exit_code,
+                data=output,
+            )
 
     def _output_tail(self) -> bytes | None:
         assert self.sandbox is not None
@@ -247,8 +281,15 @@ class CommandTask(ContainerRun):
 
     # -- reporting --------------------------------------------------------
 
-    def _status(self, state: int, *, message: str = "", reason: str = "", exit_code: int | None = None,
-                data: bytes | None = None) -> None:
+    def _status(
+        self,
+        state: int,
+        *,
+        message: str = "",
+        reason: str = "",
+        exit_code: int | None = None,
+        data: bytes | None = None,
+    ) -> None:
         self._terminal_sent = self._terminal_sent or is_terminal(state)
         self.agent.emit_status(
             TaskStatus(

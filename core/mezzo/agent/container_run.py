@@ -136,7 +136,9 @@ class ContainerRun:
         journal = self.agent.checkpoint
         try:
             self.running = await self.agent.containerizer.launch(
-                container, stdout=self.sandbox.stdout, stderr=self.sandbox.stderr,
+                container,
+                stdout=self.sandbox.stdout,
+                stderr=self.sandbox.stderr,
                 exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
             )
         except LaunchError as exc:
@@ -144,7 +146,9 @@ class ContainerRun:
             self._not_started("container_launch_failed", str(exc))
             return
         if journal.enabled:
-            journal.pid(self.framework_id, self.ident, self.pid_kind, self.running.pid, self.running.start_time)
+            journal.pid(
+                self.framework_id, self.ident, self.pid_kind, self.running.pid, self.running.start_time
+            )
         self._launched()
         await self._finish(await self.running.wait())
 

@@ -84,8 +84,14 @@ class RunningContainer:
     the wrapper writes (see :data:`EXIT_WRAPPER`).
     """
 
-    def __init__(self, container: Container, process: subprocess.Popen | None, *, start_time: int = 0,
-                 exit_file: str | None = None) -> None:
+    def __init__(
+        self,
+        container: Container,
+        process: subprocess.Popen | None,
+        *,
+        start_time: int = 0,
+        exit_file: str | None = None,
+    ) -> None:
         self.container = container
         self.process = process
         self.pid = process.pid if process is not None else 0
@@ -148,7 +154,8 @@ class RunningContainer:
             self._send_term()
             return
         self._settling = asyncio.get_running_loop().call_later(
-            delay, self._settle, deadline, min(delay * 2, SETTLE_MAX_POLL))
+            delay, self._settle, deadline, min(delay * 2, SETTLE_MAX_POLL)
+        )
 
     def _send_term(self) -> None:
         self._known |= posix.snapshot(self.pid)
@@ -165,7 +172,9 @@ class RunningContainer:
             return 0
         # An adopted leader is not our child: once it exits, init reaps it and its
         # pid may name another process. The start time tells them apart.
-        return posix.kill_tree(self.pid, also=self._known, start_time=self.start_time if self.adopted else None)
+        return posix.kill_tree(
+            self.pid, also=self._known, start_time=self.start_time if self.adopted else None
+        )
 
     async def wait(self) -> int:
         """The first process's return code (negative: killed by that signal)."""
@@ -187,6 +196,7 @@ def _watch_exit(process: subprocess.Popen) -> asyncio.Future[int]:
     try:
         pidfd = os.pidfd_open(process.pid)
     except (AttributeError, OSError):
+
         def wait_in_thread() -> None:
             process.wait()
             loop.call_soon_threadsafe(finish)
@@ -232,6 +242,7 @@ def _watch_adopted(running: RunningContainer) -> asyncio.Future[int]:
         loop.call_soon(finish)
         return done
     except (AttributeError, OSError):
+
         def poll() -> None:
             if gone():
                 finish()
@@ -269,7 +280,9 @@ class Containerizer:
         self._spawner: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_config(cls, config: AgentConfig, plugins: Plugins, guard: PluginGuard | None = None) -> Containerizer:
+    def from_config(
+        cls, config: AgentConfig, plugins: Plugins, guard: PluginGuard | None = None
+    ) -> Containerizer:
         """Create the isolators ``config.isolation`` names, in order.
 
         Raises :class:`~mezzo.errors.ConfigError` for a name that is not
@@ -302,8 +315,9 @@ class Containerizer:
             except Exception as exc:
                 self.guard.failed(iso, "recover", exc)
 
-    async def launch(self, container: Container, *, stdout: str, stderr: str,
-                     exit_file: str | None = None) -> RunningContainer:
+    async def launch(
+        self, container: Container, *, stdout: str, stderr: str, exit_file: str | None = None
+    ) -> RunningContainer:
         """Prepare, spawn and isolate ``container``; raises :class:`LaunchError`.
 
         With ``exit_file`` the process runs under :data:`EXIT_WRAPPER`, which writes
@@ -318,7 +332,9 @@ class Containerizer:
                     await iso.prepare(container)
                 except Exception as exc:
                     self.guard.failed(iso, "prepare", exc, container=container.container_id)
-                    raise LaunchError(f"isolator {iso.name!r} failed to prepare the container: {exc}") from exc
+                    raise LaunchError(
+                        f"isolator {iso.name!r} failed to prepare the container: {exc}"
+                    ) from exc
                 prepared.append(iso)
                 for fn in container.launch.preexec:
                     preexec_owners.setdefault(id(fn), iso.name)
@@ -328,7 +344,9 @@ class Containerizer:
                     await iso.isolate(container)
                 except Exception as exc:
                     self.guard.failed(iso, "isolate", exc, container=container.container_id)
-                    raise LaunchError(f"isolator {iso.name!r} failed to isolate the container: {exc}") from exc
+                    raise LaunchError(
+                        f"isolator {iso.name!r} failed to isolate the container: {exc}"
+                    ) from exc
             return running
         except BaseException:
             # Covers LaunchError and cancellation (agent stopping mid-launch) alike.
@@ -338,9 +356,14 @@ class Containerizer:
             await self._cleanup(container, prepared)
             raise
 
-    async def _spawn(self, container: Container, stdout: str, stderr: str,
-                     exit_file: str | None = None, preexec_owners: Mapping[int, str] | None = None
-                     ) -> RunningContainer:
+    async def _spawn(
+        self,
+        container: Container,
+        stdout: str,
+        stderr: str,
+        exit_file: str | None = None,
+        preexec_owners: Mapping[int, str] | None = None,
+    ) -> RunningContainer:
         launch = container.launch
         argv = [*launch.wrapper, *launch.argv]
         if not argv:
@@ -436,8 +459,14 @@ class _NoProgram(Exception):
     """The program of a wrapped launch cannot be executed (the message says why)."""
 
 
-def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
-           wrapped: bool, preexec_owners: Mapping[int, str]) -> tuple[subprocess.Popen, int]:
+def _popen(
+    argv: list[str],
+    launch: ContainerLaunch,
+    stdout: str,
+    stderr: str,
+    wrapped: bool,
+    preexec_owners: Mapping[int, str],
+) -> tuple[subprocess.Popen, int]:
     """Runs on a spawner thread: open the output files, fork and exec.
 
     ``wrapped`` (under :data:`EXIT_WRAPPER`): first check that the program can be
@@ -456,8 +485,9 @@ def _popen(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
     return process, entry.start_time if entry is not None else 0
 
 
-def _start(argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str,
-           preexec_owners: Mapping[int, str]) -> subprocess.Popen:
+def _start(
+    argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str, preexec_owners: Mapping[int, str]
+) -> subprocess.Popen:
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         return subprocess.Popen(
             argv,
@@ -516,7 +546,7 @@ def _preexec_failure(stderr: str) -> str | None:
     except OSError:
         return None
     found = [line for line in tail.splitlines() if line.startswith(PREEXEC_FAILED)]
-    return found[-1][len("mezzo: "):] if found else None
+    return found[-1][len("mezzo: ") :] if found else None
 
 
 _PREEXEC_OWNER = re.compile(r"""^isolator (['"])(.*?)\1 failed""")

@@ -103,8 +103,9 @@ class ExecutorRun(ContainerRun):
         self.message: str | None = None
 
     @classmethod
-    def recovered(cls, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo,
-                  container: checkpoint.ContainerEntry) -> ExecutorRun:
+    def recovered(
+        cls, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo, container: checkpoint.ContainerEntry
+    ) -> ExecutorRun:
         """The executor as a restarted agent takes it back (tasks follow through
         :meth:`recover_task`); :meth:`run` then watches it."""
         self = cls(agent, framework, info)
@@ -143,13 +144,16 @@ class ExecutorRun(ContainerRun):
         command = self.info.command
         return ContainerLaunch(
             argv=command_argv(command),
-            env=command_env(command, {
-                "MEZZO_AGENT_ENDPOINT": self.agent.endpoint,
-                "MEZZO_FRAMEWORK_ID": self.framework_id,
-                "MEZZO_EXECUTOR_ID": self.executor_id,
-                "MEZZO_SANDBOX": sandbox.path,
-                "PYTHONUNBUFFERED": "1",
-            }),
+            env=command_env(
+                command,
+                {
+                    "MEZZO_AGENT_ENDPOINT": self.agent.endpoint,
+                    "MEZZO_FRAMEWORK_ID": self.framework_id,
+                    "MEZZO_EXECUTOR_ID": self.executor_id,
+                    "MEZZO_SANDBOX": sandbox.path,
+                    "PYTHONUNBUFFERED": "1",
+                },
+            ),
             cwd=sandbox.path,
         )
 
@@ -166,16 +170,25 @@ class ExecutorRun(ContainerRun):
     def _adopted(self) -> None:
         assert self.running is not None
         timeout = self.agent.config.executor_register_timeout
-        self.log.info("executor adopted after the agent restarted; waiting for it to re-register",
-                      pid=self.running.pid, timeout=timeout, tasks=len(self.tasks))
+        self.log.info(
+            "executor adopted after the agent restarted; waiting for it to re-register",
+            pid=self.running.pid,
+            timeout=timeout,
+            tasks=len(self.tasks),
+        )
         if self.state == RECOVERING:
-            self._timers["register"] = asyncio.get_running_loop().call_later(timeout, self._reregister_timed_out)
+            self._timers["register"] = asyncio.get_running_loop().call_later(
+                timeout, self._reregister_timed_out
+            )
         elif self.state == TERMINATING:
             self.running.kill()  # shut down before it came back
 
     def _lost_at_launch(self, code: int | None) -> None:
-        self._end(-1, "container_lost", "the agent died while launching the executor and, restarted, "
-                                        "found no process of it")
+        self._end(
+            -1,
+            "container_lost",
+            "the agent died while launching the executor and, restarted, found no process of it",
+        )
 
     def _exited(self) -> None:
         self.state = TERMINATED
@@ -187,8 +200,12 @@ class ExecutorRun(ContainerRun):
         exit_status, how = describe_exit(returncode)
         if not self.running.exit_known:
             how = "ended without recording its exit status (killed with its wrapper, e.g. by SIGKILL)"
-        self.log.info("executor exited", status=exit_status, how=how,
-                      limitation=limitation.reason if limitation is not None else None)
+        self.log.info(
+            "executor exited",
+            status=exit_status,
+            how=how,
+            limitation=limitation.reason if limitation is not None else None,
+        )
         if limitation is not None and self.reason is None:
             self._end(exit_status, limitation.reason, f"{limitation.message}; executor {how}")
         else:
@@ -268,13 +285,17 @@ class ExecutorRun(ContainerRun):
         key = f"kill:{task_id}"
         if key not in self._timers:
             grace = self.agent.config.kill_grace_period if grace is None else grace
-            self._timers[key] = asyncio.get_running_loop().call_later(grace, self._kill_timed_out, task_id, grace)
+            self._timers[key] = asyncio.get_running_loop().call_later(
+                grace, self._kill_timed_out, task_id, grace
+            )
 
     def _kill_timed_out(self, task_id: str, grace: float) -> None:
         self._timers.pop(f"kill:{task_id}", None)
         if task_id not in self.tasks:
             return
-        self.log.warning("executor did not kill its task in time; killing the executor", task=task_id, grace=grace)
+        self.log.warning(
+            "executor did not kill its task in time; killing the executor", task=task_id, grace=grace
+        )
         self._killed.add(task_id)
         self.terminate(
             "executor_terminated",
@@ -319,8 +340,9 @@ class ExecutorRun(ContainerRun):
             return
         self.conn = None
         if self.state == REGISTERED:
-            self.log.warning("executor disconnected; killing it unless it exits",
-                             grace=self.agent.config.kill_grace_period)
+            self.log.warning(
+                "executor disconnected; killing it unless it exits", grace=self.agent.config.kill_grace_period
+            )
             self.state = TERMINATING
             self._timers["disconnect"] = asyncio.get_running_loop().call_later(
                 self.agent.config.kill_grace_period, self._disconnect_timed_out
@@ -345,7 +367,9 @@ class ExecutorRun(ContainerRun):
             self.state = TERMINATING
             self._timers["shutdown"] = asyncio.get_running_loop().call_later(
                 self.agent.config.kill_grace_period,
-                self.terminate, None, "executor was shut down",
+                self.terminate,
+                None,
+                "executor was shut down",
             )
         elif self.state in (LAUNCHING, RECOVERING):
             self.terminate(None, "executor was shut down")
@@ -365,7 +389,9 @@ class ExecutorRun(ContainerRun):
         if self.state != RECOVERING:
             return
         timeout = self.agent.config.executor_register_timeout
-        self.log.warning("executor did not re-register after the agent restarted; killing it", timeout=timeout)
+        self.log.warning(
+            "executor did not re-register after the agent restarted; killing it", timeout=timeout
+        )
         self.terminate(
             "executor_reregister_timeout",
             f"executor did not re-register within {timeout:g}s after the agent restarted",
@@ -377,9 +403,7 @@ class ExecutorRun(ContainerRun):
             return
         timeout = self.agent.config.executor_register_timeout
         self.log.warning("executor did not register in time; killing it", timeout=timeout)
-        self.terminate(
-            "executor_register_timeout", f"executor did not register within {timeout:g}s"
-        )
+        self.terminate("executor_register_timeout", f"executor did not register within {timeout:g}s")
 
     # -- helpers ----------------------------------------------------------
 

@@ -133,8 +133,12 @@ class ProcessSignals:
         entry = posix.read_stat(pid)
         if caught is None or entry is None or entry.state in ("Z", "X"):
             return None
-        return cls(caught=caught, exe=posix.executable(pid), has_children=bool(posix.children(pid)),
-                   age=posix.age(entry))
+        return cls(
+            caught=caught,
+            exe=posix.executable(pid),
+            has_children=bool(posix.children(pid)),
+            age=posix.age(entry),
+        )
 
 
 def signals_reach_command(wrapper: ProcessSignals | None, children: Sequence[ProcessSignals]) -> bool:
@@ -165,8 +169,12 @@ def signals_reach_command(wrapper: ProcessSignals | None, children: Sequence[Pro
 
 
 def _left_fork_window(child: ProcessSignals, wrapper: ProcessSignals) -> bool:
-    return (child.caught != wrapper.caught or child.exe != wrapper.exe or child.has_children
-            or child.age >= FORK_WINDOW_MAX)
+    return (
+        child.caught != wrapper.caught
+        or child.exe != wrapper.exe
+        or child.has_children
+        or child.age >= FORK_WINDOW_MAX
+    )
 
 
 def command_reachable(leader: int) -> bool:

@@ -95,8 +95,12 @@ class MasterLink:
                 conn = await connect(address[0], address[1], AGENT, self._handler, max_frame=self._max_frame)
             except OSError as exc:
                 if failures % 20 == 0:
-                    log.warning("master unreachable; retrying", master=self.address,
-                                error=str(exc), every=self._interval)
+                    log.warning(
+                        "master unreachable; retrying",
+                        master=self.address,
+                        error=str(exc),
+                        every=self._interval,
+                    )
                 failures += 1
                 await self.target.changed(self._interval)
                 continue

@@ -94,9 +94,7 @@ def container_processes(leader: int, table: dict[int, ProcessEntry] | None = Non
     """
     table = process_table() if table is None else table
     me = os.getpid()
-    members = {
-        pid for pid, e in table.items() if pid == leader or e.pgrp == leader or e.session == leader
-    }
+    members = {pid for pid, e in table.items() if pid == leader or e.pgrp == leader or e.session == leader}
     children: dict[int, list[int]] = {}
     for pid, e in table.items():
         children.setdefault(e.ppid, []).append(pid)

@@ -198,8 +198,11 @@ def plan_recovery(state: CheckpointState, found: Mapping[str, tuple[int, int]] |
         if fid in gone:
             continue
         container = containers[(EXECUTOR, fid, eid)]
-        why = ex.damaged or state.damaged_frameworks.get(fid) or (
-            None if fid in known and ex.info is not None else "its framework's record is missing")
+        why = (
+            ex.damaged
+            or state.damaged_frameworks.get(fid)
+            or (None if fid in known and ex.info is not None else "its framework's record is missing")
+        )
         if why is not None:
             plan.damaged_executors.append(DamagedExecutor(fid, eid, why))
             _kill(plan, container, fid, f"executor {eid}")
@@ -215,7 +218,9 @@ def plan_recovery(state: CheckpointState, found: Mapping[str, tuple[int, int]] |
         fid, tid = key
         if fid in gone:
             continue
-        decided = _plan_task(plan, state, key, t, containers.get((TASK, fid, tid)), known, resumed, executor_damage)
+        decided = _plan_task(
+            plan, state, key, t, containers.get((TASK, fid, tid)), known, resumed, executor_damage
+        )
         if decided:
             alive.add(fid)
 
@@ -225,10 +230,16 @@ def plan_recovery(state: CheckpointState, found: Mapping[str, tuple[int, int]] |
     return plan
 
 
-def _plan_task(plan: RecoveryPlan, state: CheckpointState, key: TaskKey, t: TaskEntry,
-               container: ContainerEntry | None, known: Mapping[str, FrameworkInfo],
-               resumed: Mapping[tuple[str, str], ExecutorResumption],
-               executor_damage: Mapping[tuple[str, str], str]) -> bool:
+def _plan_task(
+    plan: RecoveryPlan,
+    state: CheckpointState,
+    key: TaskKey,
+    t: TaskEntry,
+    container: ContainerEntry | None,
+    known: Mapping[str, FrameworkInfo],
+    resumed: Mapping[tuple[str, str], ExecutorResumption],
+    executor_damage: Mapping[tuple[str, str], str],
+) -> bool:
     """Rule 4 for one task; True when the task keeps its framework alive (it has a record)."""
     fid, tid = key
     terminal = t.latest is not None and is_terminal(t.latest.state)
@@ -247,8 +258,16 @@ def _plan_task(plan: RecoveryPlan, state: CheckpointState, key: TaskKey, t: Task
         if not terminal and container is not None:
             _kill(plan, container, fid, f"task {tid}")
         keep = t.info is not None and fid in known
-        plan.failures.append(TaskFailure(key, t.info, problem, report=not terminal, keep_record=keep,
-                                         journal_damaged=t.damaged is not None))
+        plan.failures.append(
+            TaskFailure(
+                key,
+                t.info,
+                problem,
+                report=not terminal,
+                keep_record=keep,
+                journal_damaged=t.damaged is not None,
+            )
+        )
         return keep
     assert t.info is not None
     if terminal:
@@ -268,8 +287,14 @@ def _plan_task(plan: RecoveryPlan, state: CheckpointState, key: TaskKey, t: Task
     return True
 
 
-def _problem(state: CheckpointState, t: TaskEntry, damaged: str | None, terminal: bool, framework_known: bool,
-             resumed: Mapping[tuple[str, str], ExecutorResumption]) -> str | None:
+def _problem(
+    state: CheckpointState,
+    t: TaskEntry,
+    damaged: str | None,
+    terminal: bool,
+    framework_known: bool,
+    resumed: Mapping[tuple[str, str], ExecutorResumption],
+) -> str | None:
     """Why a task cannot be taken back (rule 4d), or None."""
     problem = damaged or state.damaged_frameworks.get(t.framework_id)
     if problem is None and t.info is None:
@@ -283,12 +308,15 @@ def _problem(state: CheckpointState, t: TaskEntry, damaged: str | None, terminal
     return problem
 
 
-def _containers_with_found_pids(state: CheckpointState, found: Mapping[str, tuple[int, int]],
-                                plan: RecoveryPlan) -> dict[tuple[str, str, str], ContainerEntry]:
+def _containers_with_found_pids(
+    state: CheckpointState, found: Mapping[str, tuple[int, int]], plan: RecoveryPlan
+) -> dict[tuple[str, str, str], ContainerEntry]:
     """Every journaled container by ``(kind, framework_id, ident)``, with the pid found on
     the host for those journaled without one (rule 1)."""
     out: dict[tuple[str, str, str], ContainerEntry] = {}
-    entries = [((TASK, fid, tid), t.container) for (fid, tid), t in state.tasks.items() if t.container is not None]
+    entries = [
+        ((TASK, fid, tid), t.container) for (fid, tid), t in state.tasks.items() if t.container is not None
+    ]
     entries += [((EXECUTOR, fid, eid), ex.container) for (fid, eid), ex in state.executors.items()]
     for (kind, fid, ident), c in entries:
         leader = found.get(c.sandbox) if not c.pid else None

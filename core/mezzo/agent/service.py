@@ -21,6 +21,7 @@ from .executors import ExecutorRun
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .master_link import MasterLink
 
 
 class AgentService:
@@ -30,50 +31,67 @@ class AgentService:
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
 
-    def _from_master(self, conn: Connection, method: str) -> bool:
+    def _from_master(self, conn: Connection, method: str) -> MasterLink | None:
+        """The agent's link to the master, if ``conn`` is that link's connection; else
+        None, and the call is logged and ignored."""
         link = self._agent._link
         if link is not None and conn is link.conn:
-            return True
-        self._agent.log.warning("ignoring a master-only call from another peer", method=method, peer=conn.peer)
-        return False
+            return link
+        self._agent.log.warning(
+            "ignoring a master-only call from another peer", method=method, peer=conn.peer
+        )
+        return None
 
     def _executor_of(self, conn: Connection, method: str) -> ExecutorRun | None:
         if isinstance(conn.tag, ExecutorRun):
             return conn.tag
-        self._agent.log.warning("ignoring an executor call from an unregistered peer", method=method, peer=conn.peer)
+        self._agent.log.warning(
+            "ignoring an executor call from an unregistered peer", method=method, peer=conn.peer
+        )
         return None
 
     # -- from the master
 
     def registered(self, conn: Connection, agent_id: str) -> None:
-        if self._from_master(conn, "registered"):
-            self._agent._link.registered()
+        if link := self._from_master(conn, "registered"):
+            link.registered()
             self._agent._on_registered(agent_id or "", again=False)
 
     def reregistered(self, conn: Connection, agent_id: str) -> None:
-        if self._from_master(conn, "reregistered"):
-            self._agent._link.registered()
+        if link := self._from_master(conn, "reregistered"):
+            link.registered()
             self._agent._on_registered(agent_id or "", again=True)
 
     def run_task(self, conn: Connection, framework: FrameworkInfo, task: TaskInfo) -> None:
         if self._from_master(conn, "run_task"):
             self._agent.run_task(framework, task)
 
-    def kill_task(self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None) -> None:
+    def kill_task(
+        self, conn: Connection, framework_id: str, task_id: str, kill: KillPolicy | None = None
+    ) -> None:
         if self._from_master(conn, "kill_task"):
-            self._agent.kill_task(framework_id or "", task_id or "", kill if isinstance(kill, KillPolicy) else None)
+            self._agent.kill_task(
+                framework_id or "", task_id or "", kill if isinstance(kill, KillPolicy) else None
+            )
 
-    def status_update_acknowledged(self, conn: Connection, framework_id: str, task_id: str, uuid: str) -> None:
+    def status_update_acknowledged(
+        self, conn: Connection, framework_id: str, task_id: str, uuid: str
+    ) -> None:
         if self._from_master(conn, "status_update_acknowledged"):
             self._agent.updates.acknowledge(framework_id or "", task_id or "", uuid or "")
 
-    def framework_to_executor(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+    def framework_to_executor(
+        self, conn: Connection, framework_id: str, executor_id: str, data: bytes
+    ) -> None:
         if not self._from_master(conn, "framework_to_executor"):
             return
         run = self._agent.find_executor(framework_id or "", executor_id or "")
         if run is None or not run.send_framework_message(data or b""):
-            self._agent.log.info("dropping framework message: executor not registered here",
-                                 framework=framework_id, executor=executor_id)
+            self._agent.log.info(
+                "dropping framework message: executor not registered here",
+                framework=framework_id,
+                executor=executor_id,
+            )
 
     def shutdown_framework(self, conn: Connection, framework_id: str) -> None:
         if self._from_master(conn, "shutdown_framework"):
@@ -88,10 +106,10 @@ class AgentService:
             conn.remote(MASTER).pong()
 
     def not_leader(self, conn: Connection, leader: str) -> None:
-        if self._from_master(conn, "not_leader"):
+        if link := self._from_master(conn, "not_leader"):
             # We dialled a standby: leave it, the link finds the leader.
             self._agent.log.warning("the master we reached does not lead", leader=leader or "unknown")
-            self._agent._link.not_leading(conn)
+            link.not_leading(conn)
 
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
         if self._from_master(conn, "reregistration_refused") and agent_id == self._agent.agent_id:
@@ -114,8 +132,12 @@ class AgentService:
         agent = self._agent
         run = agent.find_executor(framework_id or "", executor_id or "")
         if run is None or conn.tag is not None or not run.accepts_registration():
-            agent.log.warning("refusing executor registration: not expected here",
-                              framework=framework_id, executor=executor_id, peer=conn.peer)
+            agent.log.warning(
+                "refusing executor registration: not expected here",
+                framework=framework_id,
+                executor=executor_id,
+                peer=conn.peer,
+            )
             conn.remote(EXECUTOR).shutdown()
             conn.close()
             return
@@ -126,7 +148,9 @@ class AgentService:
         if run is not None and status is not None:
             self._agent.executor_status(conn, run, status)
 
-    def executor_to_framework(self, conn: Connection, framework_id: str, executor_id: str, data: bytes) -> None:
+    def executor_to_framework(
+        self, conn: Connection, framework_id: str, executor_id: str, data: bytes
+    ) -> None:
         run = self._executor_of(conn, "executor_to_framework")
         if run is not None:
             self._agent.executor_message(run, data)

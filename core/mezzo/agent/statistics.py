@@ -37,7 +37,8 @@ async def collect(agent: Agent) -> list[dict[str, Any]]:
     out = []
     for fid, fw in list(agent.frameworks.items()):
         units: list[tuple[str, list[str], Any]] = [
-            (task.task_id, [task.task_id], task) for task in fw.command_tasks.values()]
+            (task.task_id, [task.task_id], task) for task in fw.command_tasks.values()
+        ]
         units += [(run.executor_id, sorted(run.tasks), run) for run in fw.executors.values()]
         for executor_id, tasks, runner in units:
             container = runner.container
@@ -46,13 +47,15 @@ async def collect(agent: Agent) -> list[dict[str, Any]]:
             usage = await agent.containerizer.usage(container)
             if not usage:
                 continue
-            out.append({
-                "framework_id": fid,
-                "executor_id": executor_id,
-                "container_id": container.container_id,
-                "tasks": tasks,
-                "statistics": {"timestamp": round(time.time(), 3), **usage},
-            })
+            out.append(
+                {
+                    "framework_id": fid,
+                    "executor_id": executor_id,
+                    "container_id": container.container_id,
+                    "tasks": tasks,
+                    "statistics": {"timestamp": round(time.time(), 3), **usage},
+                }
+            )
     return out
 
 

@@ -95,7 +95,9 @@ class StatusUpdateStream:
         if self.terminal_queued:
             log.info(
                 "dropping update after a terminal one",
-                framework=self.key[0], task=self.key[1], state=state_name(status.state),
+                framework=self.key[0],
+                task=self.key[1],
+                state=state_name(status.state),
             )
             return False
         if record is not None:
@@ -157,7 +159,10 @@ class StatusUpdateStream:
         head = self._pending[0]
         log.debug(
             "re-sending unacknowledged status update",
-            framework=self.key[0], task=self.key[1], state=state_name(head.state), uuid=head.uuid,
+            framework=self.key[0],
+            task=self.key[1],
+            state=state_name(head.state),
+            uuid=head.uuid,
         )
         self._interval = min(self._interval * 2, MAX_RETRY_INTERVAL)
         self._transmit()
@@ -228,8 +233,9 @@ class StatusUpdateManager:
         stream = self.streams.get((framework_id, task_id))
         return stream.latest if stream is not None else None
 
-    def recover(self, key: StreamKey, pending: list[TaskStatus], seen: set[str],
-                latest: TaskStatus | None) -> StatusUpdateStream:
+    def recover(
+        self, key: StreamKey, pending: list[TaskStatus], seen: set[str], latest: TaskStatus | None
+    ) -> StatusUpdateStream:
         """Rebuild the stream of ``key`` from a checkpoint (nothing is journaled again)."""
         stream = self.streams.get(key)
         if stream is None:

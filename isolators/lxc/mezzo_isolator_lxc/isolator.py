@@ -80,14 +80,10 @@ class LxcIsolator(Isolator):
     name = "lxc"
     description = "each container is an LXC application container (lxc-execute) with cpu and memory limits"
 
-    SETTINGS = ("lxc_execute", "lxc_path", "cfs_quota", "network", "config")
+    known_settings = ("lxc_execute", "lxc_path", "cfs_quota", "network", "config")
 
     def __init__(self, settings: Mapping[str, Any], *, key: str) -> None:
-        for k in settings:
-            if k not in self.SETTINGS:
-                raise ConfigError(
-                    f"{key}.{k}", f"unknown setting for isolator 'lxc' (known: {', '.join(self.SETTINGS)})"
-                )
+        super().__init__(settings, key=key)  # refuses settings not in known_settings
         self.key = key
         self.lxc_execute = _string(settings, key, "lxc_execute", "lxc-execute")
         self.lxc_path = _string(settings, key, "lxc_path", DEFAULT_LXC_PATH).rstrip("/") or "/"

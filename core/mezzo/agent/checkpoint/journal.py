@@ -109,8 +109,11 @@ class Checkpoint:
             os.makedirs(self.dir, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            log.error("cannot create the work dir's lock; running without it", path=path,
-                      error=exc.strerror or str(exc))
+            log.error(
+                "cannot create the work dir's lock; running without it",
+                path=path,
+                error=exc.strerror or str(exc),
+            )
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -119,8 +122,11 @@ class Checkpoint:
             os.close(fd)
             raise WorkDirBusy(f"another agent (pid {holder}) is using it (lock {path})") from None
         except OSError as exc:
-            log.error("cannot lock the work dir; running without the lock", path=path,
-                      error=exc.strerror or str(exc))
+            log.error(
+                "cannot lock the work dir; running without the lock",
+                path=path,
+                error=exc.strerror or str(exc),
+            )
             os.close(fd)
             return
         os.ftruncate(fd, 0)
@@ -153,8 +159,11 @@ class Checkpoint:
         except FileNotFoundError:
             return self.state
         except OSError as exc:
-            self._problem(f"cannot read the checkpoint {self.path}: {exc.strerror or exc}; "
-                          "starting without it (tasks and executors it recorded are not recovered)", error=True)
+            self._problem(
+                f"cannot read the checkpoint {self.path}: {exc.strerror or exc}; "
+                "starting without it (tasks and executors it recorded are not recovered)",
+                error=True,
+            )
             return self.state
         records, unreadable = decode_all(data, self.path)
         state, unfit = replay(records, self.path)
@@ -163,12 +172,20 @@ class Checkpoint:
             self._problem(message, error=is_error)
         now = boot_id()
         if state.boot_id and now and state.boot_id != now:
-            log.info("the machine rebooted since the checkpoint was written: its containers are gone; "
-                     "starting afresh", checkpoint=self.path, written_under=state.boot_id, boot=now)
+            log.info(
+                "the machine rebooted since the checkpoint was written: its containers are gone; "
+                "starting afresh",
+                checkpoint=self.path,
+                written_under=state.boot_id,
+                boot=now,
+            )
             self.state = CheckpointState()
         elif not state.boot_id and not state.empty():
-            self._problem(f"{self.path}: the journal has no boot record; the processes it names are checked "
-                          "by pid and start time only", error=False)
+            self._problem(
+                f"{self.path}: the journal has no boot record; the processes it names are checked "
+                "by pid and start time only",
+                error=False,
+            )
         return self.state
 
     def _problem(self, message: str, *, error: bool) -> None:
@@ -262,8 +279,12 @@ class Checkpoint:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             # The agent recorded something about an entity the journal does not have:
             # a bug of ours. Keep the journal consistent with what a replay would give.
-            log.error("checkpoint record does not fit the journal; not written", kind=kind, header=header,
-                      error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "checkpoint record does not fit the journal; not written",
+                kind=kind,
+                header=header,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             return
         if self._fd is None:
             if self._failed_at is not None and time.monotonic() - self._failed_at >= RETRY_WRITE_INTERVAL:
@@ -301,16 +322,21 @@ class Checkpoint:
             self._maybe_compact()
 
     def _maybe_compact(self) -> None:
-        if self._records >= max(COMPACT_MIN_RECORDS, 2 * self._live) or \
-                self._bytes >= max(COMPACT_MIN_BYTES, self._base_bytes):
+        if self._records >= max(COMPACT_MIN_RECORDS, 2 * self._live) or self._bytes >= max(
+            COMPACT_MIN_BYTES, self._base_bytes
+        ):
             self.compact()
 
     def _write_failed(self, exc: OSError) -> None:
         self._write_errors += 1
         if self._failed_at is None or self._write_errors % 1000 == 1:
-            log.error("cannot write the checkpoint journal; a crash now would lose what is not in it. "
-                      "Retrying as a full rewrite", path=self.path, error=exc.strerror or str(exc),
-                      retry_every=RETRY_WRITE_INTERVAL)
+            log.error(
+                "cannot write the checkpoint journal; a crash now would lose what is not in it. "
+                "Retrying as a full rewrite",
+                path=self.path,
+                error=exc.strerror or str(exc),
+                retry_every=RETRY_WRITE_INTERVAL,
+            )
         self._failed_at = time.monotonic()
         if self._fd is not None:
             os.close(self._fd)
@@ -327,15 +353,25 @@ class Checkpoint:
             self._append("framework", {"f": info.framework_id}, info)
 
     def framework_gone(self, framework_id: str) -> None:
-        if self.enabled and (framework_id in self.state.frameworks or framework_id in self.state.shutting_down):
+        if self.enabled and (
+            framework_id in self.state.frameworks or framework_id in self.state.shutting_down
+        ):
             self._append("framework_gone", {"f": framework_id})
 
     def shutdown(self, framework_id: str) -> None:
         if self.enabled:
             self._append("shutdown", {"f": framework_id})
 
-    def task(self, framework_id: str, info: TaskInfo, *, executor_id: str = "", launched: bool = False,
-             container_id: str = "", sandbox: str = "") -> None:
+    def task(
+        self,
+        framework_id: str,
+        info: TaskInfo,
+        *,
+        executor_id: str = "",
+        launched: bool = False,
+        container_id: str = "",
+        sandbox: str = "",
+    ) -> None:
         if not self.enabled:
             return
         h: dict[str, Any] = {"f": framework_id, "t": info.task_id, "e": executor_id, "l": launched}
@@ -350,8 +386,9 @@ class Checkpoint:
     def pid(self, framework_id: str, ident: str, kind: str, pid: int, start_time: int) -> None:
         """``kind`` is :data:`~.replay.TASK` (a command task's container) or :data:`~.replay.EXECUTOR`."""
         if self.enabled:
-            self._append("pid", {"f": framework_id, "i": ident, "x": kind, "pid": pid, "st": start_time},
-                         hold=True)
+            self._append(
+                "pid", {"f": framework_id, "i": ident, "x": kind, "pid": pid, "st": start_time}, hold=True
+            )
 
     def update(self, status: TaskStatus) -> None:
         if self.enabled:
@@ -375,8 +412,9 @@ class Checkpoint:
 
     def executor(self, framework_id: str, info: ExecutorInfo, container_id: str, sandbox: str) -> None:
         if self.enabled:
-            self._append("executor", {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox},
-                         info)
+            self._append(
+                "executor", {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox}, info
+            )
 
     def executor_gone(self, framework_id: str, executor_id: str) -> None:
         if self.enabled and (framework_id, executor_id) in self.state.executors:
@@ -388,4 +426,4 @@ def _write_all(fd: int, data: bytes) -> None:
     if written < len(data):  # only on errors like a full disk; the next write raises
         view = memoryview(data)[written:]
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]

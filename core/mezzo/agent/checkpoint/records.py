@@ -71,8 +71,9 @@ def encode(kind: str, header: dict[str, Any], blob: Any = None) -> bytes:
 
         pb = serialize(blob)
     lengths = _LENGTHS.pack(len(hb), len(pb))
-    return b"".join((
-        PREFIX.pack(MAGIC, len(hb), len(pb), zlib.crc32(hb, zlib.crc32(lengths)), zlib.crc32(pb)), hb, pb))
+    return b"".join(
+        (PREFIX.pack(MAGIC, len(hb), len(pb), zlib.crc32(hb, zlib.crc32(lengths)), zlib.crc32(pb)), hb, pb)
+    )
 
 
 @dataclass
@@ -100,8 +101,10 @@ def decode_all(data: bytes, path: str) -> tuple[list[DecodedRecord], list[Proble
     size = PREFIX.size
 
     def cut_short(what: str) -> None:
-        message = (f"{path}: {what} at offset {off} is incomplete, cut short when the agent died "
-                   "writing it: dropped (it was never acted upon)")
+        message = (
+            f"{path}: {what} at offset {off} is incomplete, cut short when the agent died "
+            "writing it: dropped (it was never acted upon)"
+        )
         problems.append((message, False))
 
     while off < n:
@@ -115,11 +118,17 @@ def decode_all(data: bytes, path: str) -> tuple[list[DecodedRecord], list[Proble
         if sane and pstart > n and _resync(data, off + 1) is None:
             cut_short("the last record")
             break
-        if not (sane and pstart <= n and zlib.crc32(data[hstart:pstart], zlib.crc32(_LENGTHS.pack(hlen, plen))) == hcrc):
+        if not (
+            sane
+            and pstart <= n
+            and zlib.crc32(data[hstart:pstart], zlib.crc32(_LENGTHS.pack(hlen, plen))) == hcrc
+        ):
             nxt = _resync(data, off + 1)
             end = n if nxt is None else nxt
-            message = (f"{path}: bytes {off}-{end} are not a readable record (damaged header): whatever "
-                       "they recorded is lost")
+            message = (
+                f"{path}: bytes {off}-{end} are not a readable record (damaged header): whatever "
+                "they recorded is lost"
+            )
             problems.append((message + ("" if nxt is None else "; reading on after them"), True))
             if nxt is None:
                 break
@@ -131,13 +140,15 @@ def decode_all(data: bytes, path: str) -> tuple[list[DecodedRecord], list[Proble
             if not isinstance(kind, str):
                 raise TypeError("the record kind is not a string")
         except (ValueError, KeyError, AttributeError, TypeError) as exc:
-            problems.append((f"{path}: the record at offset {off} has an invalid header ({exc}): skipped", True))
+            problems.append(
+                (f"{path}: the record at offset {off} has an invalid header ({exc}): skipped", True)
+            )
             off = min(pstart + plen, n)
             continue
         if pstart + plen > n:
             cut_short(f"the last record ({kind})")
             break
-        payload = data[pstart:pstart + plen]
+        payload = data[pstart : pstart + plen]
         rec = DecodedRecord(kind, header, None, off)
         if zlib.crc32(payload) != pcrc:
             rec.damaged = f"its {kind} record at offset {off} of {path} is damaged (checksum mismatch)"
@@ -157,8 +168,13 @@ def _resync(data: bytes, start: int) -> int | None:
     pos = data.find(MAGIC, start)
     while pos != -1 and pos + size <= len(data):
         _magic, hlen, plen, hcrc, _ = PREFIX.unpack_from(data, pos)
-        if (hlen <= MAX_HEADER and plen <= MAX_PAYLOAD and pos + size + hlen <= len(data)
-                and zlib.crc32(data[pos + size:pos + size + hlen], zlib.crc32(_LENGTHS.pack(hlen, plen))) == hcrc):
+        if (
+            hlen <= MAX_HEADER
+            and plen <= MAX_PAYLOAD
+            and pos + size + hlen <= len(data)
+            and zlib.crc32(data[pos + size : pos + size + hlen], zlib.crc32(_LENGTHS.pack(hlen, plen)))
+            == hcrc
+        ):
             return pos
         pos = data.find(MAGIC, pos + 1)
     return None

@@ -134,8 +134,12 @@ class CheckpointState:
                 ex = self.executors.get((h["f"], h["i"]))
                 if ex is None:
                     ex = self.executors[(h["f"], h["i"])] = ExecutorEntry(
-                        h["f"], h["i"], None, ContainerEntry("", ""),
-                        damaged="its executor record is missing from the checkpoint")
+                        h["f"],
+                        h["i"],
+                        None,
+                        ContainerEntry("", ""),
+                        damaged="its executor record is missing from the checkpoint",
+                    )
                 ex.container.pid, ex.container.start_time = pid, start_time
         elif kind == "task":
             entry = self._task(h["f"], h["t"])
@@ -154,7 +158,11 @@ class CheckpointState:
                 entry.seen.add(blob.uuid)
         elif kind == "executor":
             self.executors[(h["f"], h["e"])] = ExecutorEntry(
-                h["f"], h["e"], blob, ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))))
+                h["f"],
+                h["e"],
+                blob,
+                ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
+            )
         elif kind == "executor_gone":
             self.executors.pop((h["f"], h["e"]), None)
         elif kind == "framework":
@@ -186,8 +194,12 @@ class CheckpointState:
             return f"task {h['t']!r} of framework {fid!r}"
         if kind == "executor" and isinstance(h.get("e"), str):
             self.executors[(fid, h["e"])] = ExecutorEntry(
-                fid, h["e"], None, ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
-                damaged=reason)
+                fid,
+                h["e"],
+                None,
+                ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
+                damaged=reason,
+            )
             return f"executor {h['e']!r} of framework {fid!r}"
         if kind == "framework":
             self.damaged_frameworks[fid] = reason
@@ -205,7 +217,8 @@ class CheckpointState:
     def records(self) -> list[tuple[str, dict[str, Any], Any]]:
         """Records that rebuild this state from nothing (what compaction writes)."""
         out: list[tuple[str, dict[str, Any], Any]] = [
-            ("boot", {"b": self.boot_id, "a": self.agent_id, "p": self.port}, None)]
+            ("boot", {"b": self.boot_id, "a": self.agent_id, "p": self.port}, None)
+        ]
         for fid, info in self.frameworks.items():
             out.append(("framework", {"f": fid}, info))
         for fid in self.shutting_down:
@@ -214,14 +227,31 @@ class CheckpointState:
             if ex.info is None:
                 continue  # damaged: recovery has dealt with it
             c = ex.container
-            out.append(("executor", {"f": fid, "e": eid, "c": c.container_id, "s": c.sandbox,
-                                     "pid": c.pid, "st": c.start_time}, ex.info))
+            out.append(
+                (
+                    "executor",
+                    {
+                        "f": fid,
+                        "e": eid,
+                        "c": c.container_id,
+                        "s": c.sandbox,
+                        "pid": c.pid,
+                        "st": c.start_time,
+                    },
+                    ex.info,
+                )
+            )
         for (fid, tid), t in self.tasks.items():
             if t.damaged:
                 continue
             if t.info is not None:
-                h: dict[str, Any] = {"f": fid, "t": tid, "e": t.executor_id, "l": t.launched,
-                                     "u": sorted(t.seen)}
+                h: dict[str, Any] = {
+                    "f": fid,
+                    "t": tid,
+                    "e": t.executor_id,
+                    "l": t.launched,
+                    "u": sorted(t.seen),
+                }
                 if t.container is not None:
                     c = t.container
                     h.update(c=c.container_id, s=c.sandbox, pid=c.pid, st=c.start_time)
@@ -241,12 +271,22 @@ def replay(records: list[DecodedRecord], path: str) -> tuple[CheckpointState, li
     for i, rec in enumerate(records):
         if rec.damaged is not None:
             what = state.damage(rec.kind, rec.header, rec.damaged)
-            problems.append((f"{rec.damaged}: " + (f"{what} is treated as lost" if what else
-                                                   "whatever it recorded is lost"), True))
+            problems.append(
+                (
+                    f"{rec.damaged}: "
+                    + (f"{what} is treated as lost" if what else "whatever it recorded is lost"),
+                    True,
+                )
+            )
             continue
         try:
             state.apply(rec.kind, rec.header, rec.blob)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            problems.append((f"{path}: record {i} ({rec.kind}, offset {rec.offset}) does not fit what came "
-                             f"before it ({type(exc).__name__}: {exc}): ignored", True))
+            problems.append(
+                (
+                    f"{path}: record {i} ({rec.kind}, offset {rec.offset}) does not fit what came "
+                    f"before it ({type(exc).__name__}: {exc}): ignored",
+                    True,
+                )
+            )
     return state, problems
