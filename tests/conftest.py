@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +42,26 @@ def drivers():
             d.stop()
         except Exception:
             pass
+
+
+@contextlib.contextmanager
+def installed_for_daemons(package: Path, target: Path) -> Iterator[None]:
+    """Install the plugin package at ``package`` as its users would (pip) into ``target``,
+    and put ``target`` on the PYTHONPATH of every daemon started meanwhile. Not into
+    this interpreter's environment: that would show the package's entry point to this
+    process, which could not import it until restarted."""
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                        str(package)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), saved]))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 class Recorder(mezzo.Scheduler):

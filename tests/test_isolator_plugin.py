@@ -8,7 +8,6 @@ hooks, which need no privileges with this isolator.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.state_client import fetch_agent_statistics
 
-from .conftest import Recorder, wait_for
+from .conftest import Recorder, installed_for_daemons, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "isolator-procstat"
@@ -28,25 +27,11 @@ NAME = "example/procstat"
 
 @pytest.fixture(scope="module", autouse=True)
 def example_installed(tmp_path_factory):
-    """Install the example as a plugin's user would (pip), into a directory of its own
-    that the daemons of these tests get on their PYTHONPATH: installing into the running
-    interpreter's environment would show its entry point to this process, which could
-    not import it until restarted."""
-    target = tmp_path_factory.mktemp("site")
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                        str(EXAMPLE)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), saved]))
-    try:
+    """The example installed for the daemons of these tests (see installed_for_daemons)."""
+    with installed_for_daemons(EXAMPLE, tmp_path_factory.mktemp("site")):
         r = subprocess.run([sys.executable, "-m", "mezzo", "plugins"], capture_output=True, text=True, timeout=60)
         assert NAME in r.stdout, r.stdout + r.stderr
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 def _one_task(command: str):

@@ -8,35 +8,20 @@ tests/unit/test_plugin_boundary.py.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import Recorder, wait_for
+from .conftest import Recorder, installed_for_daemons, wait_for
 
 PACKAGE = Path(__file__).resolve().parent / "plugins" / "flaky_allocator"
 
 
 @pytest.fixture(scope="module")
 def flaky_installed(tmp_path_factory):
-    """Installed with pip into a directory the daemons get on their PYTHONPATH (see
-    tests/test_isolator_plugin.py for why not into this interpreter's environment)."""
-    target = tmp_path_factory.mktemp("site")
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                        "--target", str(target), str(PACKAGE)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), saved]))
-    try:
+    """The broken allocator installed for the daemons of this test (see installed_for_daemons)."""
+    with installed_for_daemons(PACKAGE, tmp_path_factory.mktemp("site")):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 def test_a_cycle_the_allocator_breaks_is_rolled_back_and_offered_at_the_next(flaky_installed, make_cluster,
