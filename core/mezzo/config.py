@@ -98,7 +98,16 @@ class MasterConfig:
     """An agent connection silent this long is pinged."""
     agent_ping_timeout: float = 15.0
     """An agent connection silent this long (no pong, nothing) is declared lost: its
-    tasks become TASK_LOST and frameworks hear ``agent_lost`` (0 = never)."""
+    tasks become TASK_LOST and frameworks hear ``agent_lost`` (0 = never). Silence is
+    counted on the master's listening clock: time its own event loop was stalled is
+    never charged to an agent."""
+    agent_removal_fraction: float = 0.1
+    """At most this fraction of the registered agents (at least one) is removed as lost
+    within any ``agent_removal_window``; more losses than that are taken for the
+    master's own trouble (its network, its load) and wait, logged, until a later
+    window (Apache Mesos' ``--agent_removal_rate_limit``)."""
+    agent_removal_window: float = 60.0
+    """Seconds over which ``agent_removal_fraction`` is counted."""
     zk: str = ""
     """``zk://HOST:PORT[,HOST:PORT]/PATH``: contend for leadership with the other
     masters there; empty = a lone master that leads from the start."""
@@ -327,6 +336,7 @@ def check_fraction(value: float, key: str) -> float:
 _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.min_offer": parse_min_offer,
     "master.long_task_fraction": check_fraction,
+    "master.agent_removal_fraction": check_fraction,
 }
 
 

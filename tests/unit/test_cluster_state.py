@@ -97,7 +97,9 @@ class ClusterMachine(RuleBasedStateMachine):
         self.service.register_framework(link, FrameworkInfo(name=link.peer, failover_timeout=failover))
         self.links[link.peer] = link
 
-    @rule(seconds=st.sampled_from([0.0, 0.01, 1.0, 5.0]))
+    # Not 0.01 s: whether a prompt cycle (due 10x the last cycle's real cost after it)
+    # falls within so short a step would depend on how busy this machine is.
+    @rule(seconds=st.sampled_from([0.0, 1.0, 5.0]))
     def time_passes(self, seconds: float) -> None:
         self.master.clock.advance(seconds)
 

@@ -24,6 +24,7 @@ from .. import is_terminal, state_name
 from ..resources import InvalidResources, Resources
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState
 from . import long_tasks
+from .agent_removals import RemovalLimit
 from .allocation import effective_min_offer
 from .records import AgentRecord, TaskRecord
 from .registry import REFUSE
@@ -43,6 +44,11 @@ class AgentLifecycle:
         self.state = state
         self.frameworks = frameworks
         self.recovery = recovery
+        config = state.config
+        self.removal_limit = RemovalLimit(
+            state.clock, fraction=config.agent_removal_fraction, window=config.agent_removal_window
+        )
+        """How many agents may be declared lost at once (:mod:`.agent_removals`)."""
 
     def register(self, link: Any, info: AgentInfo, total: Resources) -> AgentRecord:
         """A new agent: given an id, and offered once the registry has admitted it.
@@ -262,6 +268,15 @@ class AgentLifecycle:
             if (fid, tid) in agent.tasks:
                 remote.kill_task(fid, tid)
 
+    def remove_lost(self, agent: AgentRecord, reason: str) -> bool:
+        """Declare ``agent`` lost (silent, or gone past its re-registration timeout)
+        unless too many were this window (:mod:`.agent_removals`): then False, and the
+        caller asks again later."""
+        if not self.removal_limit.allow(len(self.state.agents), agent_id=agent.id, reason=reason):
+            return False
+        self.remove(agent, reason)
+        return True
+
     def remove(self, agent: AgentRecord, reason: str, *, notify: bool = True) -> None:
         """Declare ``agent`` lost: TASK_LOST for its tasks, ``agent_lost`` to every
         framework (unless not ``notify``: it never was registered), out of the registry."""
@@ -301,9 +316,17 @@ class AgentLifecycle:
         agent.removal_handle = state.clock.call_later(timeout, self._reregister_timed_out, agent.id)
 
     def _reregister_timed_out(self, agent_id: str) -> None:
-        agent = self.state.agents.get(agent_id)
-        if agent is not None and not agent.connected:
-            self.remove(agent, f"did not re-register within {self.state.config.agent_reregister_timeout:g} s")
+        state = self.state
+        agent = state.agents.get(agent_id)
+        if agent is None or agent.connected:
+            return
+        if not self.remove_lost(
+            agent, f"did not re-register within {state.config.agent_reregister_timeout:g} s"
+        ):
+            # Too many at once: ask again when the window has room.
+            agent.removal_handle = state.clock.call_later(
+                self.removal_limit.next_chance() + 0.01, self._reregister_timed_out, agent_id
+            )
 
     def executor_exited(
         self, agent: AgentRecord, framework_id: str, executor_id: str, exit_status: int, message: str

@@ -8,6 +8,11 @@ is declared lost: every agent on it is removed (TASK_LOST for its tasks,
 closed. Should the agent come back, it is refused and starts over as a new agent
 (see :mod:`.registry`), so its tasks cannot come back from the dead.
 
+Silence is measured on the master's listening clock (:mod:`.loop_watch`): when the
+master itself was stalled, nobody could reach it, and that time is not held against
+its agents. How many agents may be declared lost at once is bounded too
+(:mod:`.agent_removals`).
+
 Pings go per connection, not per agent: a process hosting many agents (the
 emulated agents of the benchmarks) answers for all of them at once, and at
 50,000 agents a ping per agent every few seconds would cost the master more than
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..services import AGENT
 
 if TYPE_CHECKING:
+    from .loop_watch import LoopWatch
     from .ports import Clock, Timer
 
 
@@ -39,9 +45,12 @@ class AgentLinks(Protocol):
 class AgentHealth:
     """The periodic check of one leadership term; :meth:`stop` ends it."""
 
-    def __init__(self, links: AgentLinks, clock: Clock, *, interval: float, timeout: float) -> None:
+    def __init__(
+        self, links: AgentLinks, clock: Clock, watch: LoopWatch, *, interval: float, timeout: float
+    ) -> None:
         self._links = links
         self._clock = clock
+        self._watch = watch
         self.interval = interval
         self.timeout = timeout
         self._handle: Timer | None = None
@@ -56,10 +65,11 @@ class AgentHealth:
         return min(self.interval, self.timeout / 3)
 
     def _check(self) -> None:
-        now = self._clock.now()
+        watch = self._watch
+        watch.sample()  # a stall that has just ended is the master's, not its peers'
         links = self._links
         for conn in list(links.agent_links):
-            silent = now - conn.last_received
+            silent = watch.listened_since(conn.last_received)
             if silent >= self.timeout:
                 links.agent_link_silent(conn, silent)
             elif silent >= self.interval:

@@ -51,6 +51,7 @@ from .guarded_allocator import GuardedAllocator
 from .health import AgentHealth
 from .leadership import LeaderGate
 from .long_tasks import ShortTaskLimit
+from .loop_watch import LoopWatch
 from .ports import Clock, ConnectionOutbox, LoopClock, Outbox
 from .recovery import Recovery
 from .registry import MemoryRegistry, ZkRegistry
@@ -113,6 +114,8 @@ class Master:
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop_watch = LoopWatch(self.clock, history=max(120.0, 4 * config.agent_ping_timeout))
+        """The master's own stalls (:mod:`.loop_watch`), which agent health never charges to agents."""
         self.term = self.new_term()
         self.gate.serve(self.term.service)
 
@@ -190,7 +193,11 @@ class Master:
             metrics=self.metrics,
         )
         health = AgentHealth(
-            service, self.clock, interval=config.agent_ping_interval, timeout=config.agent_ping_timeout
+            service,
+            self.clock,
+            self.loop_watch,
+            interval=config.agent_ping_interval,
+            timeout=config.agent_ping_timeout,
         )
         term = Term(
             state=state,
@@ -308,6 +315,7 @@ class Master:
             term.state.registry = self.registry  # elected through ZooKeeper after the term was made
         self.terms += 1
         self.leader_address = self.address
+        self.loop_watch.start()
         term.begin(admitted or set())
         self.gate.serve(term.service)
         self.gate.open()
@@ -342,6 +350,7 @@ class Master:
             await loop.run_in_executor(None, self._detector.stop)
             self._detector = None
         self.term.close()
+        self.loop_watch.stop()
         self.snapshots.close()
         for link in self.term.state.links():
             link.close()
@@ -379,6 +388,11 @@ class Master:
             "frameworks_connected": state.frameworks_connected(),
             "tasks_running": state.tasks_running(),
             "tasks_revoked": term.tasks_revoked(),
+            "agent_removals_deferred": term.agents.removal_limit.deferred,
+            "loop_lag_seconds": round(self.loop_watch.lag, 4),
+            "loop_max_lag_seconds": round(self.loop_watch.max_lag, 4),
+            "loop_stalls": self.loop_watch.stalls,
+            "loop_stalled_seconds": round(self.loop_watch.stalled_seconds, 3),
             "plugin_failures": self.guard.counts(),
             "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),

@@ -138,6 +138,12 @@ class ManualClock:
         self._now = until
         return fired
 
+    def jump(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` without firing anything: a loop that was
+        stalled (held by a long handler, or its process stopped). The timers that came
+        due fire, late, at the next :meth:`advance`."""
+        self._now += seconds
+
     def pending(self) -> int:
         """Timers not yet fired nor cancelled."""
         return sum(1 for _, _, t in self._timers if not t.cancelled)

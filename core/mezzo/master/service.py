@@ -371,15 +371,23 @@ class MasterService:
         life (``conn.last_received``), see :mod:`.health`."""
 
     def agent_link_silent(self, conn: Any, silent: float) -> None:
-        """Nothing came from ``conn`` for ``silent`` seconds: its agents are lost."""
+        """Nothing came from ``conn`` for ``silent`` seconds of the master's listening
+        time: its agents are lost. Those the removal limit holds back stay on the
+        link, which stays open, and the next health check asks again."""
         tag = conn.tag
+        kept = False
         for agent_id in sorted(tag.agent_ids) if isinstance(tag, AgentTag) else ():
             agent = self.state.agents.get(agent_id)
-            if agent is not None and agent.conn is conn:
-                self.agents.remove(agent, f"no answer to pings for {silent:.1f} s")
-        conn.tag = None
-        self.agent_links.discard(conn)
-        conn.close()
+            if agent is None or agent.conn is not conn:
+                tag.agent_ids.discard(agent_id)
+            elif self.agents.remove_lost(agent, f"no answer to pings for {silent:.1f} s"):
+                tag.agent_ids.discard(agent_id)
+            else:
+                kept = True
+        if not kept:
+            conn.tag = None
+            self.agent_links.discard(conn)
+            conn.close()
 
     # -- connections -------------------------------------------------------------------
 
