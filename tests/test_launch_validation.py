@@ -146,3 +146,17 @@ def test_good_tasks_in_a_bad_batch_still_run(setup):
     assert rec.states_of("too-big") == ["TASK_ERROR"]
     used = cluster.state()["agents"][0]["used"]
     assert used == {"cpus": 1.0, "mem": 64.0}
+
+
+def test_task_data_over_the_limit_is_refused_and_never_reaches_the_agent(setup):
+    cluster, rec, driver = setup
+    offer = rec.take_offer()
+    driver.launch_tasks([offer.offer_id], [
+        _task("heavy", offer, data=b"x" * (1024 * 1024 + 1)),
+        _task("light", offer, data=b"x" * 1024),
+    ], Filters(refuse_seconds=0))
+    heavy = _final(rec, "heavy")
+    assert mezzo.state_name(heavy.state) == "TASK_ERROR" and heavy.reason == "task_data_too_large"
+    assert "master.max_task_data_bytes" in heavy.message
+    wait_for(lambda: "TASK_RUNNING" in rec.states_of("light"), 10, "the light task to run")
+    assert [t["id"] for t in cluster.state()["tasks"]] == ["light"]

@@ -124,6 +124,12 @@ class MasterConfig:
     killed."""
     max_frame_bytes: int = 16 * 1024 * 1024
     """Largest message accepted; bigger frames close the connection."""
+    max_task_data_bytes: int = 1024 * 1024
+    """Largest ``TaskInfo.data`` a launch may carry; a bigger task is TASK_ERROR
+    ``task_data_too_large`` (the agent keeps it in memory and in its journal)."""
+    max_task_metadata_bytes: int = 64 * 1024
+    """Largest total of a task's labels, command arguments and environments; a bigger
+    task is TASK_ERROR ``task_metadata_too_large``."""
     render_state_in_child: bool = True
     """Render ``mezzo state`` in a forked child so the event loop never stalls on it."""
     min_offer: str = ""

@@ -372,3 +372,35 @@ def test_check_launch_has_no_side_effects(w):
     assert w.offers == before_offers
     assert {oid: o.resources.to_dict() for oid, o in w.offers.items()} == before_res
     assert w.fw.tasks == {} and w.agents["ag-1"].executors == {} and w.agents["ag-1"].tasks == {}
+
+
+def test_task_data_over_the_limit_is_refused_and_the_rest_of_the_batch_launches(w):
+    limits = L.TaskLimits(data_bytes=1024, metadata_bytes=1024)
+    big, fits = task("big"), task("fits")
+    big.data, fits.data = b"x" * 1025, b"x" * 1024
+    plan = check_launch(w.fw, ["O1"], [big, fits], w.offers, w.agents, limits)
+    s = only(plan)
+    assert (s.task_id, s.state, s.reason) == ("big", ERROR, L.TASK_DATA_TOO_LARGE)
+    assert "1025 bytes" in s.message and "master.max_task_data_bytes" in s.message
+    assert [a.task.task_id for a in plan.accepted] == ["fits"]
+
+
+def test_labels_arguments_and_environments_count_together_against_the_metadata_limit(w):
+    limits = L.TaskLimits(data_bytes=1024, metadata_bytes=100)
+    t = exec_task("meta")
+    t.labels = {"k" * 20: "v" * 20}  # 40 bytes
+    t.executor.command.arguments = ["a" * 30]  # 70
+    t.executor.command.environment = {"E": "é" * 15}  # 1 + 30 (two bytes each) = 101
+    s = only(check_launch(w.fw, ["O1"], [t], w.offers, w.agents, limits))
+    assert (s.state, s.reason) == (ERROR, L.TASK_METADATA_TOO_LARGE) and "101 bytes" in s.message
+    t.executor.command.environment = {"E": "é" * 14}  # 99: fits
+    assert not check_launch(w.fw, ["O1"], [t], w.offers, w.agents, limits).rejected
+
+
+def test_the_default_limits_are_one_mebibyte_of_data_and_64_kib_of_metadata(w):
+    t = task("t")
+    t.data = b"x" * (1024 * 1024 + 1)
+    assert only(w.check(["O1"], [t])).reason == L.TASK_DATA_TOO_LARGE
+    t = task("u")
+    t.labels = {"k": "v" * (64 * 1024)}
+    assert only(w.check(["O1"], [t])).reason == L.TASK_METADATA_TOO_LARGE

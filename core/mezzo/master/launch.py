@@ -15,7 +15,11 @@ Rules, in the order they are checked (the first failing rule answers the task):
    ``command`` and ``executor``; an executor with an id and sane resources;
    task plus (new) executor resources within what is left of the offers; a long
    task (``TaskInfo.long``) within the agent's long-task room left, counting the
-   long tasks before it in the batch (:mod:`.long_tasks`).
+   long tasks before it in the batch (:mod:`.long_tasks`); ``TaskInfo.data`` within
+   ``master.max_task_data_bytes``, and its labels, command arguments and
+   environments together within ``master.max_task_metadata_bytes`` (a task's
+   description is forwarded to its agent and kept there and in the agent's journal,
+   so one framework must not make either hold unbounded memory).
 """
 
 from __future__ import annotations
@@ -39,6 +43,17 @@ INVALID_RESOURCES = "invalid_resources"
 INSUFFICIENT_RESOURCES = "insufficient_resources"
 INVALID_COMMAND = "invalid_command"
 INVALID_EXECUTOR = "invalid_executor"
+TASK_DATA_TOO_LARGE = "task_data_too_large"
+TASK_METADATA_TOO_LARGE = "task_metadata_too_large"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLimits:
+    """Bounds on what one task may carry (``master.max_task_data_bytes`` and
+    ``master.max_task_metadata_bytes``)."""
+
+    data_bytes: int = 1024 * 1024
+    metadata_bytes: int = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -82,6 +97,7 @@ def check_launch(
     tasks: list[TaskInfo],
     offers: dict[str, OfferRecord],
     agents: dict[str, AgentRecord],
+    limits: TaskLimits = TaskLimits(),
 ) -> LaunchPlan:
     """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring."""
     plan = LaunchPlan()
@@ -131,7 +147,7 @@ def check_launch(
     batch_ids: set[str] = set()
     batch_executors: set[str] = set()
     for task in tasks:
-        status = _check_task(task, framework, agent, batch_ids, batch_executors)
+        status = _check_task(task, framework, agent, batch_ids, batch_executors, limits)
         if isinstance(status, TaskStatus):
             plan.rejected.append(status)
             continue
@@ -179,6 +195,7 @@ def _check_task(
     agent: AgentRecord,
     batch_ids: set[str],
     batch_executors: set[str],
+    limits: TaskLimits,
 ) -> TaskStatus | tuple[Resources, Resources | None]:
     fid = framework.id
 
@@ -192,6 +209,20 @@ def _check_task(
         return error(DUPLICATE_TASK_ID, f"task id {tid!r} is already in use by this framework")
     if task.agent_id != agent.id:
         return error(WRONG_AGENT, f"task names agent {task.agent_id!r} but its offers are on {agent.id}")
+    data = task.data or b""
+    if len(data) > limits.data_bytes:
+        return error(
+            TASK_DATA_TOO_LARGE,
+            f"task data of {len(data)} bytes is over the master's limit of "
+            f"{limits.data_bytes} (master.max_task_data_bytes)",
+        )
+    metadata = _metadata_bytes(task)
+    if metadata > limits.metadata_bytes:
+        return error(
+            TASK_METADATA_TOO_LARGE,
+            f"labels, arguments and environments of {metadata} bytes are over "
+            f"the master's limit of {limits.metadata_bytes} (master.max_task_metadata_bytes)",
+        )
     try:
         resources = Resources.of(task.resources)
     except InvalidResources as exc:
@@ -218,3 +249,24 @@ def _check_task(
         if (fid, ex.executor_id) not in agent.executors and ex.executor_id not in batch_executors:
             executor_resources = ex_res
     return resources, executor_resources
+
+
+def _metadata_bytes(task: TaskInfo) -> int:
+    """The size of a task's labels, and of its commands' arguments and environments
+    (the task's own and its executor's), counted as UTF-8 text; O(their size)."""
+    total = 0
+    for key, value in (task.labels or {}).items():
+        total += _text_bytes(key) + _text_bytes(value)
+    commands = [task.command, task.executor.command if task.executor is not None else None]
+    for command in commands:
+        if command is None:
+            continue
+        for argument in command.arguments or ():
+            total += _text_bytes(argument)
+        for key, value in (command.environment or {}).items():
+            total += _text_bytes(key) + _text_bytes(value)
+    return total
+
+
+def _text_bytes(value: object) -> int:
+    return len(value.encode("utf-8", "replace")) if isinstance(value, str) else 0

@@ -39,13 +39,18 @@ class TaskLifecycle:
     def __init__(self, state: ClusterState, recovery: Recovery) -> None:
         self.state = state
         self.recovery = recovery
+        self.limits = launch_rules.TaskLimits(
+            data_bytes=state.config.max_task_data_bytes, metadata_bytes=state.config.max_task_metadata_bytes
+        )
 
     def launch(
         self, record: FrameworkRecord, offer_ids: list[str], tasks: list[TaskInfo], filters: Filters | None
     ) -> None:
         """The framework answered ``offer_ids`` with ``tasks`` (the paper's replyToOffer)."""
         state = self.state
-        plan = launch_rules.check_launch(record, offer_ids, tasks, state.offer_book.offers, state.agents)
+        plan = launch_rules.check_launch(
+            record, offer_ids, tasks, state.offer_book.offers, state.agents, self.limits
+        )
         scheduler = state.outbox.scheduler(record.conn)
         for status in plan.rejected:
             status.timestamp = time.time()
