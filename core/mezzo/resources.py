@@ -35,6 +35,29 @@ class InvalidResources(ValueError):
     """Resources that are negative, not finite, or do not parse. The message names the resource."""
 
 
+AGENT_SCALAR_LIMIT = 10**9
+"""The most of one scalar resource an agent may have (a billion cpus, or MB of memory
+or disk: a petabyte). Far above any machine, and low enough that the cluster's totals,
+and any fraction of them the allocators compute, stay exact and within the wire's
+64-bit integers for up to nine million agents."""
+
+AGENT_RANGE_LIMIT = 65_536
+"""The most ranges of one name (such as ``ports``) an agent may have."""
+
+
+def agent_resources_problem(total: Resources) -> str | None:
+    """Why ``total`` is not a sane resource set for one agent, or None. O(its size)."""
+    for name, milli in total.scalars.items():
+        if milli > AGENT_SCALAR_LIMIT * SCALE:
+            return (
+                f"{name} {milli / SCALE:.6g} is more than an agent may have (at most {AGENT_SCALAR_LIMIT:,})"
+            )
+    for name, ranges in total.ranges.items():
+        if len(ranges) > AGENT_RANGE_LIMIT:
+            return f"{name}: {len(ranges):,} ranges are more than an agent may have (at most {AGENT_RANGE_LIMIT:,})"
+    return None
+
+
 def _to_milli(name: str, value: float) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidResources(f"resource {name!r}: {value!r} is not a number")

@@ -131,3 +131,12 @@ def test_resources_detected_when_not_configured(tmp_path):
     assert partial.get("mem") == r.get("mem") and partial.range_pairs("ports") == [(31000, 32000)]
     with pytest.raises(ConfigError, match="agent.resources"):
         agent_resources("cpus:lots", str(tmp_path))
+
+
+def test_agent_resources_beyond_what_any_agent_may_have_stop_the_agent_naming_the_key(tmp_path):
+    from mezzo.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        agent_resources("cpus:2000000000;mem:1024", str(tmp_path))
+    assert e.value.key == "agent.resources" and "at most 1,000,000,000" in e.value.problem
+    assert agent_resources("cpus:1000000000;mem:1024", str(tmp_path)).get("cpus") == 1e9

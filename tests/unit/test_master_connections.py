@@ -118,3 +118,31 @@ def test_a_kill_of_a_task_the_master_does_not_know_is_answered_task_lost_task_un
     ((status,),) = sched.called("status_update")
     assert (status.task_id, status.state, status.reason) == ("ghost", TaskState.TASK_LOST, "task_unknown")
     assert status.source == "master" and "no such running task" in status.message
+
+
+def test_an_agent_with_more_than_any_agent_may_have_is_refused_and_the_state_stays_renderable(master):
+    """An agent of 2^63-1 thousandths of a cpu was accepted, and the cluster's totals then
+    overflowed every share computed from them: mezzo state answered an error for as long
+    as it stayed, and guaranteed shares failed."""
+    from mezzo.master.state_view import render_state
+    from mezzo.wire.ttypes import Resources as WireResources
+
+    huge = RecordingConnection("huge")
+    master.service.register_agent(huge, AgentInfo(hostname="h", port=5051,
+                                                  resources=WireResources(scalars={"cpus": 2**63 - 1})))
+    ((message,),) = huge.called("error")
+    assert message.startswith("register_agent: resources: cpus 9.22337e+15 is more than an agent may have")
+    assert master.state.agents == {} and huge.tag is None
+    many = RecordingConnection("many")
+    ports = {"ports": [ttypes_range(2 * i, 2 * i) for i in range(65_537)]}
+    master.service.register_agent(many, AgentInfo(hostname="h", port=5051,
+                                                  resources=WireResources(scalars={"cpus": 1000}, ranges=ports)))
+    assert "65,537 ranges are more than an agent may have" in many.called("error")[0][0]
+    master.service.register_agent(RecordingConnection("ok"), agent_info("ok"))
+    assert len(master.state.agents) == 1 and render_state(master).startswith("{")
+
+
+def ttypes_range(begin: int, end: int):
+    from mezzo.wire.ttypes import Range
+
+    return Range(begin, end)

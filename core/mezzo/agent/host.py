@@ -20,7 +20,7 @@ import shutil
 import socket
 
 from ..errors import ConfigError
-from ..resources import InvalidResources, Resources
+from ..resources import InvalidResources, Resources, agent_resources_problem
 
 DEFAULT_PORTS = (31000, 32000)
 MEM_HEADROOM_MB = 1024
@@ -55,12 +55,16 @@ def detect_resources(work_dir: str) -> Resources:
 def agent_resources(text: str, work_dir: str) -> Resources:
     """Parse ``agent.resources`` and fill in the detected standard resources it omits.
 
-    Raises :class:`ConfigError` on ``agent.resources`` when the text does not parse.
+    Raises :class:`ConfigError` on ``agent.resources`` when the text does not parse, or
+    names more than any agent may have (the master would refuse it).
     """
     try:
         given = Resources.parse(text or "")
     except InvalidResources as exc:
         raise ConfigError("agent.resources", str(exc)) from None
+    problem = agent_resources_problem(given)
+    if problem is not None:
+        raise ConfigError("agent.resources", problem)
     detected = detect_resources(work_dir)
     missing_scalars = {n: detected.get(n) for n in ("cpus", "mem", "disk") if n not in given.scalars}
     missing_ranges = {} if "ports" in given.ranges else {"ports": detected.range_pairs("ports")}

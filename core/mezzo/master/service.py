@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..resources import InvalidResources, Resources
+from ..resources import InvalidResources, Resources, agent_resources_problem
 from ..services import AGENT, SCHEDULER, TOOL
 from ..wire.ttypes import (
     AgentInfo,
@@ -293,6 +293,12 @@ class MasterService:
             return None
         if not total:
             remote.error(f"{call}: the agent offers no resources")
+            return None
+        problem = agent_resources_problem(total)
+        if problem is not None:
+            # Accepted, it would overflow the cluster's totals and every share computed
+            # from them (the state could no longer be rendered).
+            remote.error(f"{call}: resources: {problem}")
             return None
         agent.resources = total
         agent.attributes = {str(k): str(v) for k, v in (agent.attributes or {}).items()}
