@@ -12,6 +12,7 @@ Callers (:mod:`.service`) have checked who is calling.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from .state import ClusterState
 
 log = structlog.get_logger("mezzo.master", component="master")
+
+RECONCILE_CHUNK = 2000
+"""Reconciliation answers sent per turn of the event loop (about 10 ms of work)."""
 
 TASK_UNKNOWN = "task_unknown"
 """``TaskStatus.reason`` of the answer to a kill of a task the master does not know."""
@@ -185,20 +189,32 @@ class TaskLifecycle:
 
     def _reconcile(self, record: FrameworkRecord, statuses: list[TaskStatus]) -> None:
         state = self.state
+        framework_id = record.id
+        wanted = [s.task_id for s in statuses] or list(record.tasks)
+        # One pass over each input: the agent each status names (the first one naming
+        # it wins), and the latest end of each of the framework's completed tasks.
+        named_agent: dict[str, str] = {}
+        for s in statuses:
+            named_agent.setdefault(s.task_id, s.agent_id or "")
+        ended = {t.id: t for t in state.completed_tasks if t.framework_id == framework_id}
+        self._answer(_Reconciliation(record, wanted, named_agent, ended), 0)
+
+    def _answer(self, job: _Reconciliation, start: int) -> None:
+        """Answer ``RECONCILE_CHUNK`` of the tasks from ``start``, then let the loop run
+        before the next chunk: a framework may ask about hundreds of thousands of
+        tasks in one message, and the answers must not hold the loop for seconds."""
+        state = self.state
+        record = job.record
         if state.frameworks.get(record.id) is not record or record.conn is None:
             return  # gone, or disconnected, while the answer waited
         framework_id = record.id
         scheduler = state.outbox.scheduler(record.conn)
-        wanted = [s.task_id for s in statuses] or list(record.tasks)
-        # One pass over each input: the agent each status names, and the latest end
-        # of each of the framework's completed tasks.
-        named_agent = {s.task_id: s.agent_id for s in statuses}
-        ended = {t.id: t for t in state.completed_tasks if t.framework_id == framework_id}
-        for tid in wanted:
-            task = record.tasks.get(tid) or ended.get(tid)
+        end = min(start + RECONCILE_CHUNK, len(job.wanted))
+        for tid in job.wanted[start:end]:
+            task = record.tasks.get(tid) or job.ended.get(tid)
             if task is None:
                 scheduler.status_update(
-                    self._unknown_task_status(framework_id, tid, named_agent.get(tid, ""))
+                    self._unknown_task_status(framework_id, tid, job.named_agent.get(tid, ""))
                 )
                 continue
             scheduler.status_update(
@@ -214,6 +230,8 @@ class TaskLifecycle:
                     timestamp=time.time(),
                 )
             )
+        if end < len(job.wanted):
+            state.clock.call_soon(self._answer, job, end)
 
     def _unknown_task_status(self, framework_id: str, task_id: str, agent_id: str) -> TaskStatus:
         """The answer for a task this master has no record of, from what it knows of
@@ -241,3 +259,13 @@ class TaskLifecycle:
             framework_id=framework_id,
             timestamp=time.time(),
         )
+
+
+@dataclass(slots=True)
+class _Reconciliation:
+    """One framework's reconciliation request, answered a chunk at a time."""
+
+    record: FrameworkRecord
+    wanted: list[str]
+    named_agent: dict[str, str]
+    ended: dict[str, TaskRecord]
