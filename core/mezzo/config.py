@@ -20,6 +20,9 @@ A file looks like::
     [log]
     level = "info"
 
+    [master.connections]            # and [agent.connections]: bounds on peers
+    max_per_address = 256
+
 Every key is declared below with its type and default (``docs/configuration.md``
 documents them); an unknown key or a value of the wrong type raises
 :class:`~mezzo.errors.ConfigError` naming the dotted key. Tables that belong to a
@@ -45,6 +48,12 @@ from .errors import ConfigError
 from .resources import InvalidResources, Resources
 
 CONFIG_ENV = "MEZZO_CONFIG"
+
+Count = int
+"""The type of a setting that is a whole number >= 0 (0 = no limit, unless the key says
+otherwise); a plain ``int`` setting must be positive."""
+
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -79,6 +88,47 @@ class RevocationPolicyConfig(OneSelectedConfig):
 
 _ONE_SELECTED = {AllocatorConfig: "allocator", RevocationPolicyConfig: "revocation policy"}
 """Tables of a one-selected component: ``name`` plus the components' settings tables."""
+
+
+@dataclass
+class ConnectionsConfig:
+    """``[master.connections]`` and ``[agent.connections]``: what the peers of the
+    daemon's port can make it hold (enforced by :mod:`mezzo.rpc.limits`;
+    ``docs/configuration.md`` says why each default). 0 = no limit, but where said."""
+
+    max_open: Count = 0
+    """Connections served at once; 0 = as many as the open-file limit allows, less an
+    eighth of it kept for the daemon's own files. Over it, a connection is closed at once."""
+    max_per_address: Count = 256
+    """Connections from one remote address at once."""
+    max_per_loopback_address: Count = 0
+    """Connections from one loopback address at once (local processes: ``mezzo
+    local``, emulated agents, executors)."""
+    first_frame_timeout: float = 10.0
+    """Seconds a new connection has to deliver its first complete message."""
+    unregistered_idle_timeout: float = 60.0
+    """Seconds a connection whose peer never registered (a tool's) may stay silent."""
+    partial_frame_timeout: float = 30.0
+    """Seconds a message may take to arrive once its first bytes have."""
+    partial_frames_max_bytes: int = 64 * MIB
+    """Bytes of incomplete messages held over all connections (at least
+    ``max_frame_bytes``); past it the oldest incomplete ones are dropped."""
+    write_buffer_high: int = 1 * MIB
+    """Unsent bytes for one peer above which it is not read from until it catches up."""
+    write_buffer_max: int = 64 * MIB
+    """Unsent bytes for one peer at which it is disconnected rather than sent more."""
+    write_stall_timeout: float = 60.0
+    """Seconds a peer that is behind (or being closed) may take no byte before it is
+    disconnected."""
+
+
+def check_connections(table: ConnectionsConfig, prefix: str) -> None:
+    """Bounds that only make sense together. Raises :class:`ConfigError` naming the key."""
+    if table.write_buffer_max < table.write_buffer_high:
+        raise ConfigError(
+            f"{prefix}write_buffer_max",
+            f"must be at least write_buffer_high ({table.write_buffer_high}), got {table.write_buffer_max}",
+        )
 
 
 @dataclass
@@ -124,6 +174,8 @@ class MasterConfig:
     killed."""
     max_frame_bytes: int = 16 * 1024 * 1024
     """Largest message accepted; bigger frames close the connection."""
+    connections: ConnectionsConfig = field(default_factory=ConnectionsConfig)
+    """Bounds on the connections of the master's port."""
     max_task_data_bytes: int = 1024 * 1024
     """Largest ``TaskInfo.data`` a launch may carry; a bigger task is TASK_ERROR
     ``task_data_too_large`` (the agent keeps it in memory and in its journal)."""
@@ -184,6 +236,8 @@ class AgentConfig:
     """Journal what the agent runs under ``<work_dir>/meta/`` so that an agent that
     restarts after a crash takes its tasks and executors back under the same id."""
     max_frame_bytes: int = 16 * 1024 * 1024
+    connections: ConnectionsConfig = field(default_factory=ConnectionsConfig)
+    """Bounds on the connections of the agent's port (executors, tools)."""
 
 
 @dataclass
@@ -283,7 +337,11 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         check = _VALUE_CHECKS.get(dotted)
         if check is not None:
             check(kwargs[key], dotted)
-    return cls(**kwargs)
+    built = cls(**kwargs)
+    table_check = _TABLE_CHECKS.get(cls)
+    if table_check is not None:
+        table_check(built, prefix)
+    return built
 
 
 def _component_fields(cls: type) -> dict[str, str]:
@@ -345,10 +403,17 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.agent_removal_fraction": check_fraction,
 }
 
+# Checks of a whole table once built, for keys that bound each other: called with the
+# table and its dotted prefix ("master.connections."), they raise ConfigError.
+_TABLE_CHECKS: dict[type, Callable[[Any, str], object]] = {
+    ConnectionsConfig: check_connections,
+}
+
 
 _NESTED = {
     "AllocatorConfig": AllocatorConfig,
     "RevocationPolicyConfig": RevocationPolicyConfig,
+    "ConnectionsConfig": ConnectionsConfig,
     "MasterConfig": MasterConfig,
     "AgentConfig": AgentConfig,
     "LogConfig": LogConfig,
@@ -368,6 +433,10 @@ def _coerce(type_: Any, value: Any, dotted: str) -> Any:
     if t == "int":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(dotted, f"expected a positive integer, got {value!r}")
+        return value
+    if t == "Count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(dotted, f"expected an integer >= 0, got {value!r}")
         return value
     if t == "bool":
         if not isinstance(value, bool):

@@ -68,7 +68,7 @@ from ..hookspecs import Container
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
-from ..rpc import Connection, parse_address, serve
+from ..rpc import Connection, ConnectionLimiter, Listener, parse_address, serve
 from ..services import AGENT, EXECUTOR, MASTER
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 from . import posix
@@ -172,7 +172,9 @@ class Agent:
         """``executor_exited`` calls the master could not be sent yet."""
         self.log = log
         self._service = AgentService(self)
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
+        self._limiter = ConnectionLimiter(config.connections, max_frame=config.max_frame_bytes, logger=log)
+        """Bounds on the peers of the agent's port (``[agent.connections]``)."""
         self._link: MasterLink | None = None
         self._background: set[asyncio.Task] = set()
         self._stopping = False
@@ -234,13 +236,15 @@ class Agent:
             isolation=self.containerizer.names,
         )
 
-    async def _bind(self, host: str, port: int, recovered_port: int) -> asyncio.base_events.Server:
-        max_frame = self.config.max_frame_bytes
+    async def _bind(self, host: str, port: int, recovered_port: int) -> Listener:
+        max_frame, limiter = self.config.max_frame_bytes, self._limiter
         executors = any(fw.executors for fw in self.frameworks.values())
         if recovered_port and port == 0 and self.frameworks:
             # Executors find their agent through MEZZO_AGENT_ENDPOINT: be where they look.
             try:
-                return await serve(host, recovered_port, AGENT, self._service, max_frame=max_frame)
+                return await serve(
+                    host, recovered_port, AGENT, self._service, max_frame=max_frame, limiter=limiter
+                )
             except OSError as exc:
                 (self.log.error if executors else self.log.info)(
                     "cannot bind the port the agent had before its restart"
@@ -255,7 +259,7 @@ class Agent:
                 port=port,
                 before=recovered_port,
             )
-        return await serve(host, port, AGENT, self._service, max_frame=max_frame)
+        return await serve(host, port, AGENT, self._service, max_frame=max_frame, limiter=limiter)
 
     # -- recovery -----------------------------------------------------------
 

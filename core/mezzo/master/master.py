@@ -41,7 +41,7 @@ from ..errors import MezzoError
 from ..heap import tune_gc
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
-from ..rpc import TRAFFIC, parse_address, serve
+from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from .agent_lifecycle import AgentLifecycle
@@ -110,7 +110,11 @@ class Master:
         self.address = config.listen
         self.started_at = time.time()
         self.snapshots = StateSnapshots(lambda: render_state(self), use_fork=config.render_state_in_child)
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
+        self.connection_limiter = ConnectionLimiter(
+            config.connections, max_frame=config.max_frame_bytes, logger=log
+        )
+        """Bounds on the peers of the master's port (``[master.connections]``, :mod:`mezzo.rpc.limits`)."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -234,7 +238,14 @@ class Master:
         """
         self._loop = loop = asyncio.get_running_loop()
         host, port = parse_address(self.config.listen, 5050)
-        self._server = await serve(host, port, MASTER, self.gate, max_frame=self.config.max_frame_bytes)
+        self._server = await serve(
+            host,
+            port,
+            MASTER,
+            self.gate,
+            max_frame=self.config.max_frame_bytes,
+            limiter=self.connection_limiter,
+        )
         bound = self._server.sockets[0].getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
         if bound[0] in ("0.0.0.0", "::", ""):
@@ -397,6 +408,7 @@ class Master:
             "state_snapshots": self.snapshots.forks,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
+            "connections": self.connection_limiter.stats(),
         }
 
 

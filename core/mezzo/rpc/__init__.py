@@ -7,6 +7,10 @@ Layers, bottom up (each testable without the next):
   and back, with the accelerated binary protocol.
 - :mod:`.connection` is the asyncio protocol: it feeds frames to a handler object,
   coalesces outgoing frames, and maps every bad input to a logged, closed connection.
+- :mod:`.limits` bounds what a server's peers can make it hold: connections,
+  silent and half-sent ones, unread replies.
+- :mod:`.listener` accepts a server's connections, each admitted or refused by the
+  limiter as it is accepted.
 - :mod:`.endpoint` binds servers and dials clients (TCP_NODELAY on every socket).
 """
 
@@ -14,13 +18,17 @@ from .codec import MalformedMessage, Remote, ServiceSchema
 from .connection import TRAFFIC, Connection, Traffic
 from .endpoint import connect, parse_address, serve
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
+from .limits import ConnectionLimiter
+from .listener import Listener
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "TRAFFIC",
     "Connection",
+    "ConnectionLimiter",
     "FrameDecoder",
     "FrameTooLarge",
+    "Listener",
     "MalformedMessage",
     "Remote",
     "ServiceSchema",

@@ -16,6 +16,12 @@ single ``write``, which matters when the master fans out thousands of offers.
 All connections of a loop are flushed by one callback per turn (:class:`_Flusher`),
 not one each: at 50,000 agents the master has thousands of connections with
 something to send every turn. ``send`` may be called from any thread.
+
+Bounds: a connection a server accepted has a :class:`~mezzo.rpc.limits.ConnectionLimiter`
+(see there), which admitted its socket: it is timed out when silent or stuck in
+the middle of a frame, and stops reading while its peer does not read what it is
+sent (``pause_writing``). A connection we dialled has none: it always reads, so two
+daemons can never both wait for the other to read.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from .codec import MalformedMessage, Remote, ServiceSchema
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
+
+if TYPE_CHECKING:
+    from .limits import ConnectionLimiter
 
 log = structlog.get_logger("mezzo.rpc")
 
@@ -93,7 +102,8 @@ class Connection(asyncio.Protocol):
     """A framed Thrift connection dispatching to ``handler``.
 
     ``tag`` is free for the owner (the master stores which framework or agent a
-    connection belongs to). ``closed`` is a future done when the connection ends.
+    connection belongs to); for a ``limiter``, None means the peer has not
+    registered. ``closed`` is a future done when the connection ends.
     """
 
     def __init__(
@@ -103,6 +113,8 @@ class Connection(asyncio.Protocol):
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         loop: asyncio.AbstractEventLoop | None = None,
+        limiter: ConnectionLimiter | None = None,
+        address: str = "",
     ) -> None:
         self.schema = schema
         self.handler = handler
@@ -118,6 +130,16 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._flusher = _flusher_of(self._loop)
         self._remotes: dict[int, Remote] = {}
+        self._limiter = limiter
+        self._address = address
+        """What the limiter counts this connection under (it admitted the socket)."""
+        self._write_max = limiter.settings.write_buffer_max if limiter is not None else 0
+        """0 for a connection without limits: then nothing below is checked."""
+        self._outbox_bytes = 0
+        self._bytes_out = 0
+        """Bytes handed to the transport so far."""
+        self.write_paused = False
+        """True while the transport holds more than its high-water mark for the peer."""
         self.last_received = self._loop.time()
         """Loop time of the last bytes from the peer (the master's agent health check)."""
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -128,18 +150,27 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        limiter = self._limiter
+        if limiter is not None:
+            limiter.made(self, self._address, self._loop.time())
+            high = limiter.settings.write_buffer_high
+            transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _set_nodelay(sock)
 
     def data_received(self, data: bytes) -> None:
-        self.last_received = self._loop.time()
+        self.last_received = now = self._loop.time()
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as exc:
             log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
             self.close()
             return
+        if self._limiter is not None:
+            self._limiter.received(self, len(frames), now)
+            if self._closing:
+                return  # dropped for its incomplete frame: its messages are not served
         TRAFFIC.received += len(frames)
         for payload in frames:
             try:
@@ -158,14 +189,55 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._decoder.clear()
         if not self.closed.done():
             self.closed.set_result(None)
+        if self._limiter is not None:
+            self._limiter.release(self)
         lost = getattr(self.handler, "connection_lost", None)
         if lost is not None:
             try:
                 lost(self)
             except Exception:
                 log.exception("connection_lost handler failed", peer=self.peer)
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark for the peer. With a
+        limiter, stop reading from the peer until it has taken most of it: it asks
+        for nothing more while it does not read what it asked for. (Without one, keep
+        reading: a client must, or both ends could wait for the other.)"""
+        if self._limiter is None or self._transport is None:
+            return
+        self.write_paused = True
+        self._transport.pause_reading()
+        self._limiter.write_paused(self, self._loop.time())
+
+    def resume_writing(self) -> None:
+        if self._limiter is None or not self.write_paused:
+            return
+        self.write_paused = False
+        if self._transport is not None and not self._closing:
+            self._transport.resume_reading()
+        self._limiter.write_resumed(self, self._loop.time())
+
+    # -- what is held ------------------------------------------------------
+
+    @property
+    def pending_input(self) -> int:
+        """Bytes held towards an incomplete frame from the peer."""
+        return self._decoder.pending
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes the peer's side has taken so far (handed to the kernel)."""
+        transport = self._transport
+        return self._bytes_out - (transport.get_write_buffer_size() if transport is not None else 0)
+
+    def unsent_bytes(self) -> int:
+        """Bytes queued for the peer that have not reached the kernel yet."""
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return buffered + sum(map(len, self._outbox))
 
     # -- sending ----------------------------------------------------------
 
@@ -191,6 +263,17 @@ class Connection(asyncio.Protocol):
             return
         if self._transport is None or self._closing:
             return
+        if self._write_max:
+            # What waits for the peer before this message: the outbox, and the
+            # transport's buffer once above its high-water mark (below it, at most
+            # that mark). One message always goes to a peer that keeps up.
+            queued = self._outbox_bytes
+            if self.write_paused:
+                queued += self._transport.get_write_buffer_size()
+            if queued >= self._write_max:
+                self._limiter.overflow(self, queued)  # type: ignore[union-attr]
+                return
+            self._outbox_bytes += len(message)
         TRAFFIC.sent += 1
         self._outbox.append(message)
         if not self._flush_scheduled:
@@ -199,11 +282,13 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._outbox_bytes = 0
         if self._transport is None or not self._outbox:
             self._outbox.clear()
             return
         data = b"".join(self._outbox) if len(self._outbox) > 1 else self._outbox[0]
         self._outbox.clear()
+        self._bytes_out += len(data)
         self._transport.write(data)
 
     def close(self) -> None:
@@ -215,6 +300,22 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._closing = True
             self._transport.close()
+            # A peer that does not read would keep the close (and the buffer) waiting
+            # forever: the limiter aborts it once it stops taking bytes.
+            if self._limiter is not None and self._transport.get_write_buffer_size():
+                self._limiter.closing(self, self._loop.time())
+
+    def abort(self) -> None:
+        """Drop the connection now, with whatever waits in either direction (the
+        limits do this: their peers may never read). Event-loop thread only."""
+        transport = self._transport
+        if transport is None:
+            return
+        self._closing = True
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        self._decoder.clear()
+        transport.abort()
 
 
 def _set_nodelay(sock: Any) -> None:

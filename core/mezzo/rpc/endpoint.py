@@ -3,7 +3,9 @@
 ``serve`` binds a listening socket whose every accepted connection dispatches to
 one shared handler; ``connect`` dials a peer and returns the connection. Both set
 TCP_NODELAY (Apache Thrift's TSocket never does, and pipelined messages then stall
-on Nagle's algorithm).
+on Nagle's algorithm). A server's connections are bounded by the
+:class:`~mezzo.rpc.limits.ConnectionLimiter` it is given (the daemons always give
+one); a dialled connection has no bounds but ``max_frame``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from .codec import ServiceSchema
 from .connection import Connection
 from .framing import DEFAULT_MAX_FRAME
+from .limits import ConnectionLimiter
+from .listener import Listener, bind
 
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
@@ -51,18 +55,26 @@ async def serve(
     handler: Any,
     *,
     max_frame: int = DEFAULT_MAX_FRAME,
-) -> asyncio.base_events.Server:
-    """Listen on ``host:port`` (port 0 picks a free one) dispatching to ``handler``."""
+    limiter: ConnectionLimiter | None = None,
+) -> Listener:
+    """Listen on ``host:port`` (port 0 picks a free one) dispatching to ``handler``.
+
+    Every accepted socket is admitted or refused by ``limiter`` as it is accepted,
+    and its connection bounded by it (None: unbounded, for tests of the layers
+    below). The result stands in for an ``asyncio.Server``: ``sockets``,
+    ``close()``, ``wait_closed()``.
+    """
     loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: Connection(schema, handler, max_frame=max_frame, loop=loop),
-        host,
-        port,
-        reuse_address=True,
-        # After a master failover every agent and scheduler dials the new leader at
-        # once; with asyncio's default of 100, connections beyond the queue are
-        # dropped and the kernel retries them a second later (bench/failover.py).
-        backlog=LISTEN_BACKLOG,
+    # After a master failover every agent and scheduler dials the new leader at
+    # once; with asyncio's default backlog of 100, connections beyond the queue are
+    # dropped and the kernel retries them a second later (bench/failover.py).
+    sockets = await bind(host, port, LISTEN_BACKLOG)
+    return Listener(
+        sockets,
+        lambda address: Connection(
+            schema, handler, max_frame=max_frame, loop=loop, limiter=limiter, address=address
+        ),
+        limiter,
     )
 
 

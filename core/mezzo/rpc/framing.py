@@ -70,3 +70,8 @@ class FrameDecoder:
     def pending(self) -> int:
         """Bytes buffered towards an incomplete frame."""
         return len(self._buffer)
+
+    def clear(self) -> None:
+        """Drop the incomplete frame, returning its memory now (a new, empty buffer:
+        ``del buf[:]`` would keep the old one's capacity)."""
+        self._buffer = bytearray()
