@@ -121,3 +121,19 @@ class Recorder(mezzo.Scheduler):
                 if s.task_id == task_id and mezzo.is_terminal(s.state):
                     return s
         return None
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-examples", type=int, default=None, metavar="N",
+        help="examples per structure-aware fuzz test (tests/test_fuzz_services.py, "
+             "tests/unit/test_fuzz_master_service.py) instead of their quick defaults",
+    )
+
+
+@pytest.fixture
+def fuzz_examples(request):
+    """``examples(default)``: how many examples a fuzz test runs: ``--fuzz-examples N``
+    if given, else ``default`` (sized for the normal suite)."""
+    given = request.config.getoption("--fuzz-examples")
+    return lambda default: given if given is not None else default
