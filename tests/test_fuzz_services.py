@@ -1,26 +1,31 @@
 """Structure-aware fuzzing of the real daemons: a master and an agent, as processes,
 get well-formed but hostile calls of every method of their service over real sockets.
 
-Where ``tests/test_fuzz.py`` sends bytes that mostly do not decode, this test sends
+Where ``tests/test_fuzz.py`` sends bytes that mostly do not decode, these tests send
 calls that do: every method of the ``Master`` and the ``Agent`` services, arguments
 drawn from the generated ``thrift_spec`` of each (:mod:`tests.thrift_strategies`),
-encoded by the codec as a peer would. Each example sends a few calls on one of a
-few connections the fuzzer keeps open, then a call the daemon answers once it has
-handled them (a barrier), and reads everything that came back: what the daemon
-told a connection (the id it registered as, its offers) is what later calls on it
-name when in character (half of them are), so they get past "who is calling";
-everything that came back is mixed into later draws.
+encoded by the codec as a peer would.
 
-Afterwards both daemons still serve: the master answers ``mezzo state`` with its
-agent connected, a framework registers and runs a task to the end, and neither log
-holds "handler failed" (what :mod:`mezzo.rpc.connection` logs when a handler
-raises) or a traceback.
+- ``test_master_and_agent_survive_every_call``: a cluster of a master and an agent.
+  Each example sends a few calls to one of them on one of a few connections the
+  fuzzer keeps open, then a call the daemon answers once it has handled them (a
+  barrier), and reads everything that came back: what the daemon told a connection
+  (the id it registered as, its offers) is what later calls on it name when in
+  character (half of them are), so they get past "who is calling"; everything that
+  came back is mixed into later draws. To the agent the fuzzer is a stranger.
+- ``test_agent_survives_every_call_from_its_master``: an agent whose master is the
+  fuzzer, so every call comes on its master link and gets past that check into
+  what the agent does with tasks, kills, acknowledgements and shutdowns.
 
-Daemons are not replayable (their state carries over between examples), so this
-test does not shrink: it sends, then checks once, and on failure names the last
-calls sent (all of them are in ``fuzz-calls.log`` in the cluster's directory).
-The normal suite sends some hundred connections' worth of calls to each daemon; to
-fuzz longer::
+Afterwards the daemons still serve: the master answers ``mezzo state`` with its
+agent connected and a framework runs a task to the end; the agent runs a task to
+the end for its master; and no log holds "handler failed" (what
+:mod:`mezzo.rpc.connection` logs when a handler raises) or a traceback.
+
+Daemons are not replayable (their state carries over between examples), so these
+tests do not shrink: they send, then check, and on failure name the last calls
+sent (all of them are in ``fuzz-calls.log`` in the cluster's directory). The
+normal suite sends some hundred examples to each daemon; to fuzz longer::
 
     .venv/bin/python -m pytest tests/test_fuzz_services.py --fuzz-examples 3000
 """
@@ -34,15 +39,16 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, Phase, given, settings
 
 import mezzo
-from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
+from mezzo import AgentInfo, CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo, TaskState
 from mezzo.rpc import FrameDecoder, MalformedMessage
 from mezzo.services import AGENT, EXECUTOR, MASTER, SCHEDULER, TOOL
+from mezzo.testing import LocalProcessCluster
 
 from .conftest import Recorder, wait_for
 from .fuzz_known_bugs import known_bug
 from .thrift_strategies import Known, WireMemory, as_received, call_args, knowing, unique
 
-EXAMPLES = 150
+EXAMPLES = 120
 """Examples (a few calls on one connection each) per daemon in the normal suite
 (``--fuzz-examples`` overrides)."""
 CALLS_PER_EXAMPLE = 6
@@ -262,3 +268,163 @@ def _around(log: str, sign: str, lines: int = 30) -> str:
     all_lines = log.splitlines()
     first = next(i for i, line in enumerate(all_lines) if sign in line)
     return "\n".join(all_lines[max(0, first - 2) : first + lines])
+
+
+# -- the agent, with the fuzzer as its master -----------------------------------------
+#
+# Over a socket of its own the fuzzer is a stranger to an agent, which ignores
+# whatever only its master may ask (nearly all of the Agent service). To get past
+# that check, the fuzzer takes the master's seat: the agent is started with the
+# fuzzer's address as its master's, registers there, and every call then comes on
+# its master link. The fuzzer answers its registrations and otherwise listens.
+
+AGENT_METHODS = sorted(set(AGENT.methods) - {"error"})
+"""Every Agent call but ``error``: that is the master telling the agent to stop, and
+it stops (by design, tested elsewhere)."""
+
+
+class MasterSeat:
+    """A listening socket that an agent takes for its master's. :meth:`send` delivers
+    calls on the agent's current link and waits until the agent has handled them (a
+    ``ping`` after them, answered ``pong``), answering the agent's registrations and
+    taking its next link if it left (``not_leader``); what the agent says is kept."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(ANSWER_TIMEOUT)
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.sock: socket.socket | None = None
+        self.frames = FrameDecoder()
+        self.agent_ids = 0
+        self.agent_id = ""
+        self.told = WireMemory()
+        """What the agent said, by field name (its tasks' ids in its status updates)."""
+        self.statuses: list = []
+
+    def send(self, frames: list[bytes]) -> None:
+        ping = AGENT.encode("ping", (), {})
+        while True:
+            if self.sock is None:
+                self._take_link()
+            try:
+                self.sock.sendall(b"".join(frames) + ping)
+                while not self._read():
+                    pass
+                return
+            except ConnectionError:  # the agent left this link (not_leader): it dials again
+                self.sock.close()
+                self.sock, frames = None, []
+
+    def _take_link(self) -> None:
+        self.sock, _ = self.server.accept()
+        self.sock.settimeout(ANSWER_TIMEOUT)
+        self.frames = FrameDecoder()
+
+    def _read(self) -> bool:
+        """Read a chunk of what the agent says; True once its ``pong`` came."""
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionResetError("the agent closed its master link")
+        ponged = False
+        for payload in self.frames.feed(chunk):
+            try:
+                method, args = MASTER.decode(payload)
+            except MalformedMessage:  # an answer to a tool (request_statistics)
+                continue
+            self.told.record(MASTER, method, args)
+            if method == "register_agent":
+                self.agent_ids += 1
+                self.agent_id = f"fuzz-agent-{self.agent_ids}"
+                self.sock.sendall(AGENT.encode("registered", (self.agent_id,), {}))
+            elif method == "reregister_agent":
+                self.agent_id = args[0].agent_id
+                self.sock.sendall(AGENT.encode("reregistered", (self.agent_id,), {}))
+            elif method == "status_update":
+                self.statuses.append(args[0])
+            ponged = ponged or method == "pong"
+        return ponged
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.server.close()
+
+
+def test_agent_survives_every_call_from_its_master(tmp_path, fuzz_examples):
+    seat = MasterSeat()
+    # Quick to come back to its master (not_leader makes it leave) and to end what it
+    # was told to kill or what never registers: the fuzzer does not wait on timeouts.
+    quick = {"reconnect_interval": 0.02, "kill_grace_period": 0.2, "executor_register_timeout": 2.0}
+    cluster = LocalProcessCluster(
+        1, agent={"master": seat.address, **quick}, directory=str(tmp_path / "cluster")
+    )
+    try:
+        cluster.start_agent(1)
+        seat.send([])  # its registration, answered
+        framework = FrameworkInfo(framework_id="fuzz-framework", name="fuzz")
+        task = TaskInfo(
+            task_id="fuzz-task",
+            agent_id=seat.agent_id,
+            resources=Resources(cpus=0.1, mem=16),
+            command=CommandInfo(value="true"),
+        )
+        seat.told.record(AGENT, "run_task", (framework, task))  # a sound call to start from
+        last: deque[str] = deque(maxlen=20)
+        _fuzz_the_agent(seat, last, fuzz_examples(EXAMPLES), cluster.dir / "fuzz-calls.log")
+
+        assert cluster.procs["agent-1"].poll() is None, "the agent died; last calls:\n" + "\n".join(last)
+        # It still runs a task to the end for its master (which acknowledges each of
+        # the task's updates, so the agent sends the next).
+        task.task_id, task.agent_id = "after-fuzz", seat.agent_id
+        seat.send([AGENT.encode("run_task", (framework, task), {})])
+
+        def finished() -> bool:
+            ours = [s for s in seat.statuses if s.task_id == "after-fuzz"]
+            acks = [
+                AGENT.encode("status_update_acknowledged", (s.framework_id, s.task_id, s.uuid), {})
+                for s in ours
+            ]
+            seat.send(acks)
+            return any(s.state == TaskState.TASK_FINISHED for s in ours)
+
+        wait_for(finished, 20, "TASK_FINISHED of a task after the fuzzing")
+    finally:
+        cluster.stop()
+        seat.close()
+    log = (cluster.dir / "agent-1.log").read_text(errors="replace")
+    for sign in ("handler failed", "Traceback"):
+        found = sign in log
+        assert not found, f"agent-1.log holds {sign!r}:\n{_around(log, sign)}"
+
+
+def _fuzz_the_agent(seat: MasterSeat, last: deque, examples: int, trace_path) -> None:
+    @settings(
+        max_examples=examples,
+        phases=[Phase.generate],  # the agent's state carries over: nothing replays
+        database=None,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(data=st.data())
+    def one_example(data) -> None:
+        # What the agent told its master (latest first) is what the master would name:
+        # its id, its tasks' and executors' ids.
+        told = seat.told.snapshot()
+        caller = {k: unique(reversed(v)) for k, v in told.values.items()}
+        caller["agent_id"] = unique([seat.agent_id, *caller.get("agent_id", ())])
+        frames = []
+        with knowing(Known(caller=caller, seen=told)):
+            for _ in range(data.draw(st.integers(1, CALLS_PER_EXAMPLE), label="calls")):
+                method = data.draw(st.sampled_from(AGENT_METHODS), label="method")
+                in_character = data.draw(st.booleans(), label="in character")
+                args = data.draw(call_args(AGENT, method, in_character=in_character), label=method)
+                shown = f"Agent.{method}{args!r}"
+                last.append(shown[:2000])
+                trace.write(shown + "\n")
+                frames.append(AGENT.encode(method, args, {}))
+        trace.flush()
+        seat.send(frames)
+
+    with open(trace_path, "w") as trace:
+        one_example()

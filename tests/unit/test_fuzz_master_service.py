@@ -24,6 +24,7 @@ After every step:
 - no exception escaped the handler (it would fail the test, with the sequence of calls);
 - every resource of every agent is in exactly one place: free, offered, in a task
   or in an executor (the cluster state's invariant, tests/unit/test_cluster_state.py);
+- what the allocator was told each framework holds is what the state says it holds;
 - every outstanding offer is booked on its framework and its agent;
 - ``render_state(master)`` renders and is valid JSON (RFC 8259: no NaN or Infinity).
 
@@ -66,9 +67,10 @@ from mezzo.plugins import load_plugins
 from mezzo.services import MASTER
 
 from ..fuzz_known_bugs import known_bug
+from .test_cluster_state import holding_with_all_executors
 from ..thrift_strategies import Known, WireMemory, as_received, call_args, knowing, unique
 
-EXAMPLES = 100
+EXAMPLES = 80
 """Sequences per run in the normal suite (``--fuzz-examples`` overrides)."""
 STEPS = 40
 """Steps per sequence."""
@@ -219,6 +221,8 @@ class MasterFuzz(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.master = Master(fuzz_master_config(), load_plugins(), clock=self.clock)
         self.master.lead()
+        self.told: dict[str, dict[str, int]] = {}
+        self._watch_the_allocator()
         self.links: list[FuzzLink] = []
         """Links still open, in the order they were made (draws index into it)."""
         self.made = 0
@@ -227,6 +231,27 @@ class MasterFuzz(RuleBasedStateMachine):
         """What went over the wire: what the master sent, and the well-formed calls."""
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _watch_the_allocator(self) -> None:
+        """Keep in ``told`` what this term's allocator was told each framework holds,
+        in thousandths (as tests/unit/test_cluster_state.py does)."""
+        self.told = {}
+        allocator = self.master.state.allocator.inner
+        allocated, recovered = allocator.allocated, allocator.recovered
+
+        def on_allocated(fid, resources):
+            told = self.told.setdefault(fid, {})
+            for name, m in resources.scalars.items():
+                told[name] = told.get(name, 0) + m
+            allocated(fid, resources)
+
+        def on_recovered(fid, resources):
+            told = self.told.setdefault(fid, {})
+            for name, m in resources.scalars.items():
+                told[name] = told.get(name, 0) - m
+            recovered(fid, resources)
+
+        allocator.allocated, allocator.recovered = on_allocated, on_recovered
 
     def _link(self) -> FuzzLink:
         self.made += 1
@@ -432,12 +457,20 @@ class MasterFuzz(RuleBasedStateMachine):
         self.master.step_down("fuzz: failover")
         self.links.clear()
         self.master.lead(set(self.master.registry.admitted))
+        self._watch_the_allocator()
 
     # -- what must hold ------------------------------------------------------------------
 
     @invariant()
     def every_resource_is_in_exactly_one_place(self) -> None:
         assert_every_resource_in_one_place(self.master)
+
+    @invariant()
+    def the_allocator_sees_what_the_state_holds(self) -> None:
+        for framework in self.master.state.frameworks.values():
+            told = {k: v for k, v in self.told.get(framework.id, {}).items() if v}
+            held = holding_with_all_executors(self.master.state, framework)
+            assert told == dict(held.scalars), f"framework {framework.id}: told {told}, holds {held}"
 
     @invariant()
     def offers_are_booked_on_both_sides(self) -> None:

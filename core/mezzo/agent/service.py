@@ -130,6 +130,15 @@ class AgentService:
 
     def register_executor(self, conn: Connection, framework_id: str, executor_id: str) -> None:
         agent = self._agent
+        link = agent._link
+        if link is not None and conn is link.conn:
+            # Only an executor registers. From the master's side this is dropped like any
+            # call from the wrong side; answering it as a stranger (shutdown, close) would
+            # close the agent's own master link.
+            agent.log.warning(
+                "ignoring an executor call from the master", method="register_executor", peer=conn.peer
+            )
+            return
         run = agent.find_executor(framework_id or "", executor_id or "")
         if run is None or conn.tag is not None or not run.accepts_registration():
             agent.log.warning(
