@@ -25,7 +25,7 @@ the end for its master; and no log holds "handler failed" (what
 Daemons are not replayable (their state carries over between examples), so these
 tests do not shrink: they send, then check, and on failure name the last calls
 sent (all of them are in ``fuzz-calls.log`` in the cluster's directory). The
-normal suite sends some hundred examples to each daemon; to fuzz longer::
+normal suite sends 120 examples to each daemon (about 10 s with the clusters); to fuzz longer::
 
     .venv/bin/python -m pytest tests/test_fuzz_services.py --fuzz-examples 3000
 """
