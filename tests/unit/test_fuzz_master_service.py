@@ -71,8 +71,8 @@ from mezzo.plugins import load_plugins
 from mezzo.services import MASTER
 
 from ..fuzz_known_bugs import known_bug
-from .test_cluster_state import holding_with_all_executors
 from ..thrift_strategies import Known, WireMemory, as_received, call_args, knowing, unique
+from .test_cluster_state import holding_with_all_executors
 
 EXAMPLES = 80
 """Sequences per run in the normal suite (``--fuzz-examples`` overrides)."""
