@@ -64,6 +64,24 @@ def installed_for_daemons(package: Path, target: Path) -> Iterator[None]:
             os.environ["PYTHONPATH"] = saved
 
 
+def one_task(command: str, task_id: str = "t"):
+    """An ``on_offers`` for :class:`Recorder`: launch one task of 1 cpu and 64 MB running
+    ``command`` on the first offer, and decline every other offer for a minute."""
+    launched: list[str] = []
+
+    def on_offers(driver, offers):
+        for o in offers:
+            if launched:
+                driver.decline_offer(o.offer_id, mezzo.Filters(refuse_seconds=60))
+                continue
+            launched.append(o.agent_id)
+            task = mezzo.TaskInfo(task_id=task_id, agent_id=o.agent_id, resources=mezzo.Resources(cpus=1, mem=64),
+                                  command=mezzo.CommandInfo(value=command))
+            driver.launch_tasks(o.offer_id, [task], mezzo.Filters(refuse_seconds=0))
+
+    return on_offers
+
+
 class Recorder(mezzo.Scheduler):
     """A scheduler that records every callback; offers are declined unless ``on_offers`` is set."""
 

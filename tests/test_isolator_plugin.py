@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 import mezzo
-from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.state_client import fetch_agent_statistics
 
-from .conftest import Recorder, installed_for_daemons, wait_for
+from .conftest import Recorder, installed_for_daemons, one_task, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "isolator-procstat"
@@ -34,26 +33,10 @@ def example_installed(tmp_path_factory):
         yield
 
 
-def _one_task(command: str):
-    launched = []
-
-    def on_offers(driver, offers):
-        for o in offers:
-            if launched:
-                driver.decline_offer(o.offer_id, Filters(refuse_seconds=60))
-                continue
-            launched.append(o.agent_id)
-            driver.launch_tasks(o.offer_id, [TaskInfo(task_id="t", agent_id=o.agent_id,
-                                                      resources=Resources(cpus=1, mem=64),
-                                                      command=CommandInfo(value=command))],
-                                Filters(refuse_seconds=0))
-    return on_offers
-
-
 def test_usage_reaches_the_agent_and_the_master(make_cluster, drivers):
     cluster = make_cluster(1, master={"allocation_interval": 0.01},
                            agent={"isolation": ["posix", NAME], "statistics_interval": 0.2})
-    rec = Recorder(_one_task(f"{sys.executable} -c 'while True: pass'"))
+    rec = Recorder(one_task(f"{sys.executable} -c 'while True: pass'"))
     driver = drivers(rec, "measured", cluster.master)
     wait_for(lambda: "TASK_RUNNING" in rec.states_of("t"), 15, "the spinner to run")
     (agent,) = cluster.state()["agents"]
@@ -75,7 +58,7 @@ def test_usage_reaches_the_agent_and_the_master(make_cluster, drivers):
 def test_an_isolators_limit_ends_the_task_with_its_reason(make_cluster, drivers):
     cluster = make_cluster(1, master={"allocation_interval": 0.01}, agent={"isolation": ["posix", NAME]},
                            tables={f'agent.isolators."{NAME}"': {"max_seconds": 1.0}})
-    rec = Recorder(_one_task("sleep 30"))
+    rec = Recorder(one_task("sleep 30"))
     drivers(rec, "limited", cluster.master)
     final = wait_for(lambda: rec.final("t"), 20, "the task to hit its limit")
     assert mezzo.state_name(final.state) == "TASK_FAILED"

@@ -13,29 +13,16 @@ import os
 import signal
 import time
 
-from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.state_client import fetch_metrics
 
-from .conftest import Recorder, wait_for
+from .conftest import Recorder, one_task, wait_for
 
 HEALTH = {"allocation_interval": 0.01, "agent_ping_interval": 0.2, "agent_ping_timeout": 1.0}
 
 
 def test_a_master_stopped_past_the_ping_timeout_loses_no_agent_and_no_task(make_cluster, drivers):
     cluster = make_cluster(3, master=HEALTH, agent_resources="cpus:1;mem:256")
-    launched: list[str] = []
-
-    def one_task(driver, offers):
-        for o in offers:
-            if launched:
-                driver.decline_offer(o.offer_id, Filters(refuse_seconds=60))
-                continue
-            launched.append(o.agent_id)
-            driver.launch_tasks(o.offer_id, [TaskInfo(task_id="t", agent_id=o.agent_id,
-                                                      resources=Resources(cpus=1, mem=64),
-                                                      command=CommandInfo(value="sleep 60"))])
-
-    rec = Recorder(one_task)
+    rec = Recorder(one_task("sleep 60"))
     drivers(rec, "steady", cluster.master)
     wait_for(lambda: "TASK_RUNNING" in rec.states_of("t"), 15, "the task to run")
     before = {a["id"] for a in cluster.state()["agents"]}

@@ -21,6 +21,8 @@ from mezzo.master.ports import ManualClock, RecordingOutbox
 from mezzo.master.records import AgentTag, FrameworkTag
 from mezzo.master.revocation_monitor import holding
 from mezzo.plugins import load_plugins
+
+from .allocator_ledger import AllocatorLedger
 from mezzo.wire.ttypes import Filters
 
 AGENT_TOTAL = Resources(cpus=4, mem=1024)
@@ -58,25 +60,7 @@ class ClusterMachine(RuleBasedStateMachine):
         self.state = self.master.state
         self.links: dict[str, Link] = {}
         self.tasks = 0
-        # What the allocator was told each framework holds, in thousandths.
-        self.told: dict[str, dict[str, int]] = {}
-        drf = self.state.allocator.inner
-        allocated, recovered = drf.allocated, drf.recovered
-
-        def on_allocated(fid, resources):
-            told = self.told.setdefault(fid, {})
-            for name, m in resources.scalars.items():
-                told[name] = told.get(name, 0) + m
-            allocated(fid, resources)
-
-        def on_recovered(fid, resources):
-            told = self.told.setdefault(fid, {})
-            for name, m in resources.scalars.items():
-                told[name] = told.get(name, 0) - m
-                assert told[name] >= 0, f"{fid} recovered more {name} than it was allocated"
-            recovered(fid, resources)
-
-        drf.allocated, drf.recovered = on_allocated, on_recovered
+        self.ledger = AllocatorLedger(self.state.allocator.inner)
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -185,8 +169,7 @@ class ClusterMachine(RuleBasedStateMachine):
     @invariant()
     def the_allocator_sees_what_the_state_holds(self) -> None:
         for framework in self.state.frameworks.values():
-            told = {k: v for k, v in self.told.get(framework.id, {}).items() if v}
-            assert told == dict(holding_with_all_executors(self.state, framework).scalars), framework.id
+            assert self.ledger.of(framework.id) == dict(holding_with_all_executors(self.state, framework).scalars), framework.id
 
     @invariant()
     def offers_are_booked_on_both_sides(self) -> None:

@@ -72,6 +72,7 @@ from mezzo.services import MASTER
 
 from ..fuzz_known_bugs import known_bug
 from ..thrift_strategies import Known, WireMemory, as_received, call_args, knowing, unique
+from .allocator_ledger import AllocatorLedger
 from .test_cluster_state import holding_with_all_executors
 
 EXAMPLES = 80
@@ -225,7 +226,6 @@ class MasterFuzz(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.master = Master(fuzz_master_config(), load_plugins(), clock=self.clock)
         self.master.lead()
-        self.told: dict[str, dict[str, int]] = {}
         self._watch_the_allocator()
         self.links: list[FuzzLink] = []
         """Links still open, in the order they were made (draws index into it)."""
@@ -237,25 +237,8 @@ class MasterFuzz(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------------
 
     def _watch_the_allocator(self) -> None:
-        """Keep in ``told`` what this term's allocator was told each framework holds,
-        in thousandths (as tests/unit/test_cluster_state.py does)."""
-        self.told = {}
-        allocator = self.master.state.allocator.inner
-        allocated, recovered = allocator.allocated, allocator.recovered
-
-        def on_allocated(fid, resources):
-            told = self.told.setdefault(fid, {})
-            for name, m in resources.scalars.items():
-                told[name] = told.get(name, 0) + m
-            allocated(fid, resources)
-
-        def on_recovered(fid, resources):
-            told = self.told.setdefault(fid, {})
-            for name, m in resources.scalars.items():
-                told[name] = told.get(name, 0) - m
-            recovered(fid, resources)
-
-        allocator.allocated, allocator.recovered = on_allocated, on_recovered
+        """Keep a ledger of what this term's allocator is told each framework holds."""
+        self.ledger = AllocatorLedger(self.master.state.allocator.inner, strict=False)
 
     def _link(self) -> FuzzLink:
         self.made += 1
@@ -472,7 +455,7 @@ class MasterFuzz(RuleBasedStateMachine):
     @invariant()
     def the_allocator_sees_what_the_state_holds(self) -> None:
         for framework in self.master.state.frameworks.values():
-            told = {k: v for k, v in self.told.get(framework.id, {}).items() if v}
+            told = self.ledger.of(framework.id)
             held = holding_with_all_executors(self.master.state, framework)
             assert told == dict(held.scalars), f"framework {framework.id}: told {told}, holds {held}"
 
