@@ -560,12 +560,6 @@ def _registered_agent(master: Master) -> tuple[FuzzLink, str]:
     return link, agent_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MasterService.container_statistics drops a report json.loads refuses with ValueError, "
-    "but JSON nested deeper than Python's recursion limit raises RecursionError: the handler raises "
-    "(a real master logs 'handler failed')",
-)
 def test_container_statistics_nested_too_deep_are_dropped():
     master = _master_alone()
     link, agent_id = _registered_agent(master)
@@ -573,12 +567,6 @@ def test_container_statistics_nested_too_deep_are_dropped():
     assert master.state.agents[agent_id].statistics == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MasterService.container_statistics keeps what Python's json.loads accepts, NaN and "
-    "Infinity included, and render_state writes them back out: the master's state is then not JSON "
-    "(RFC 8259) for any strict parser",
-)
 def test_container_statistics_with_nan_leave_the_state_json():
     master = _master_alone()
     link, agent_id = _registered_agent(master)

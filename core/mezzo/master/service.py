@@ -363,9 +363,11 @@ class MasterService:
         if agent is None:
             return
         try:
-            stats = json.loads(statistics_json or "[]")
-        except ValueError as exc:
-            log.warning("container statistics are not JSON; dropped", agent=agent.id, error=str(exc))
+            # Strict JSON (NaN and Infinity refused: the state must stay JSON), and a
+            # report nested past Python's recursion limit is as unreadable as a bad one.
+            stats = json.loads(statistics_json or "[]", parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            log.warning("container statistics are not JSON; dropped", agent=agent.id, error=str(exc)[:200])
             return
         if not isinstance(stats, list):
             log.warning("container statistics are not a list; dropped", agent=agent.id)
@@ -421,3 +423,7 @@ class MasterService:
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
