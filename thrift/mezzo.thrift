@@ -223,7 +223,10 @@ service Master {
                               3: string executor_id, 4: i32 exit_status, 5: string message),
   oneway void executor_to_framework(1: string agent_id, 2: string framework_id,
                                     3: string executor_id, 4: binary data),
-  /** The answer to Agent.ping: the agent (every agent on the connection) is alive. */
+  /**
+   * The answer to Agent.ping (the agent, every agent on the connection, is alive)
+   * and to Scheduler.ping (the scheduler is alive).
+   */
   oneway void pong(),
   /**
    * Resource usage of the agent's containers, measured by its isolators: a JSON
@@ -257,6 +260,12 @@ service Scheduler {
    * master closes the connection after this; the driver finds the leader again.
    */
   oneway void not_leader(1: string leader),
+  /**
+   * Health check of a connection silent for master.framework_ping_interval: answer
+   * with Master.pong. One silent for master.framework_idle_timeout is closed and its
+   * framework treated as disconnected (its failover_timeout applies).
+   */
+  oneway void ping(),
 }
 
 /** Calls an agent receives: from the master and from its executors. */

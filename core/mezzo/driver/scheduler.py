@@ -28,7 +28,10 @@ Usage::
 Threading: callbacks run on the process-wide driver thread
 (:mod:`mezzo.driver.runtime`), one at a time, in the order the master sent the
 messages. A callback that blocks delays every driver in the process; hand slow work
-to your own thread. Driver actions may be called from any thread, including from
+to your own thread. The driver answers the master's health checks (``Scheduler.ping``)
+on that thread too, so a callback holding it for longer than the master's
+``framework_idle_timeout`` (5 minutes unless configured) gets the framework
+disconnected. Driver actions may be called from any thread, including from
 inside callbacks, except :meth:`SchedulerDriver.join` and
 :meth:`SchedulerDriver.guaranteed_share`, which wait and so refuse to run on the
 driver thread.
@@ -597,6 +600,11 @@ class _FromMaster:
     def not_leader(self, conn: Connection, leader: str) -> None:
         if self._live(conn):
             self._d._on_not_leader(conn, leader)
+
+    def ping(self, conn: Connection) -> None:
+        # The master's health check of a quiet scheduler (master.framework_ping_interval).
+        if self._live(conn):
+            conn.remote(MASTER).pong()
 
 
 # -- argument normalisation (caller's thread, so mistakes raise where they are made) --

@@ -188,7 +188,8 @@ class Iface(object):
 
     def pong(self):
         """
-        The answer to Agent.ping: the agent (every agent on the connection) is alive.
+        The answer to Agent.ping (the agent, every agent on the connection, is alive)
+        and to Scheduler.ping (the scheduler is alive).
 
         """
         pass
@@ -554,7 +555,8 @@ class Client(Iface):
 
     def pong(self):
         """
-        The answer to Agent.ping: the agent (every agent on the connection) is alive.
+        The answer to Agent.ping (the agent, every agent on the connection, is alive)
+        and to Scheduler.ping (the scheduler is alive).
 
         """
         self.send_pong()

@@ -125,6 +125,15 @@ class Iface(object):
         """
         pass
 
+    def ping(self):
+        """
+        Health check of a connection silent for master.framework_ping_interval: answer
+        with Master.pong. One silent for master.framework_idle_timeout is closed and its
+        framework treated as disconnected (its failover_timeout applies).
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -333,6 +342,22 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def ping(self):
+        """
+        Health check of a connection silent for master.framework_ping_interval: answer
+        with Master.pong. One silent for master.framework_idle_timeout is closed and its
+        framework treated as disconnected (its failover_timeout applies).
+
+        """
+        self.send_ping()
+
+    def send_ping(self):
+        self._oprot.writeMessageBegin('ping', TMessageType.ONEWAY, self._seqid)
+        args = ping_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -349,6 +374,7 @@ class Processor(Iface, TProcessor):
         self._processMap["guaranteed_share"] = Processor.process_guaranteed_share
         self._processMap["error"] = Processor.process_error
         self._processMap["not_leader"] = Processor.process_not_leader
+        self._processMap["ping"] = Processor.process_ping
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -487,6 +513,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.not_leader(args.leader)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_ping(self, seqid, iprot, oprot):
+        args = ping_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.ping()
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1397,6 +1434,59 @@ all_structs.append(not_leader_args)
 not_leader_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'leader', 'UTF8', None, ),  # 1
+)
+
+
+class ping_args(object):
+
+    __slots__ = (
+    )
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ping_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(ping_args)
+ping_args.thrift_spec = (
 )
 fix_spec(all_structs)
 del all_structs
