@@ -18,9 +18,16 @@ Semantics (at-least-once, as in Apache Mesos):
 - Each update carries a ``uuid`` (kept when an executor supplied one, so the
   executor's own retries de-duplicate), the agent and framework ids, a ``source``
   and a ``timestamp``.
-- The in-flight update is re-sent every ``retry`` seconds, doubling up to
-  :data:`MAX_RETRY_INTERVAL`, until acknowledged; and at once after the agent
-  re-registers (the master may have failed over and never seen it).
+- The in-flight update is re-sent until acknowledged, backing off exponentially
+  with jitter (:class:`~mezzo.backoff.Backoff`): the n-th wait is drawn between
+  half and all of ``min(2 * retry * 2**n, MAX_RETRY_INTERVAL)``, so the first
+  resend comes 1-2 s after the send by default, the next 2-4 s later, and none
+  more than 30 s after the one before. Not sooner than ``retry * 2**n`` until
+  the cap, because an update unacknowledged for a while usually means a master
+  too busy to answer, and a resend only adds to its queue; jittered, because
+  after a failover every agent's updates go out together. It is also re-sent at
+  once after the agent re-registers (the master may have failed over and never
+  seen it), which starts its backoff again.
 - An acknowledgement whose uuid is not the one in flight (a duplicate, or for an
   update already taken over) is ignored.
 - Once the terminal update of a task is acknowledged the stream ends and
@@ -49,12 +56,14 @@ from typing import Any
 import structlog
 
 from .. import is_terminal, state_name
+from ..backoff import Backoff
 from ..wire.ttypes import TaskStatus
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
 MAX_RETRY_INTERVAL = 30.0
-"""Seconds: the retry backoff of an unacknowledged update stops doubling here."""
+"""Seconds: the longest wait between two sends of an unacknowledged update (unless the
+configured ``retry`` is above half of it: then twice ``retry``)."""
 
 StreamKey = tuple[str, str]
 """``(framework_id, task_id)``."""
@@ -66,8 +75,8 @@ class StatusUpdateStream:
     def __init__(self, key: StreamKey, send: Callable[[TaskStatus], bool], retry: float) -> None:
         self.key = key
         self._send = send
-        self._initial_retry = max(retry, 0.001)
-        self._interval = self._initial_retry
+        first = 2 * max(retry, 0.001)  # the ceiling of the first wait; its floor is ``retry``
+        self._backoff = Backoff(first, max(MAX_RETRY_INTERVAL, first))
         self._pending: deque[TaskStatus] = deque()
         self._uuids: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -118,7 +127,7 @@ class StatusUpdateStream:
             return False
         self._pending.popleft()
         self._cancel_timer()
-        self._interval = self._initial_retry
+        self._backoff.reset()
         if is_terminal(head.state):
             self.ended = True
             self._pending.clear()
@@ -130,7 +139,7 @@ class StatusUpdateStream:
         """Send the in-flight update again now and restart its backoff."""
         if self._pending:
             self._cancel_timer()
-            self._interval = self._initial_retry
+            self._backoff.reset()
             self._transmit()
 
     def restore(self, pending: list[TaskStatus], seen: set[str], latest: TaskStatus | None) -> None:
@@ -150,7 +159,7 @@ class StatusUpdateStream:
 
     def _transmit(self) -> None:
         self._send(self._pending[0])
-        self._timer = asyncio.get_running_loop().call_later(self._interval, self._retry)
+        self._timer = asyncio.get_running_loop().call_later(self._backoff.next(), self._retry)
 
     def _retry(self) -> None:
         self._timer = None
@@ -164,7 +173,6 @@ class StatusUpdateStream:
             state=state_name(head.state),
             uuid=head.uuid,
         )
-        self._interval = min(self._interval * 2, MAX_RETRY_INTERVAL)
         self._transmit()
 
     def _cancel_timer(self) -> None:
