@@ -30,8 +30,9 @@ Shutdown: when the agent sends ``shutdown``, :meth:`Executor.shutdown` is called
 and then the driver stops, so ``run()``/``join()`` return STOPPED and the executor
 process may exit.
 
-Error handling: a lost connection is redialled every ``reconnect_interval`` (the
-agent may be restarting). When the agent stays unreachable for
+Error handling: a lost connection is redialled after ``reconnect_interval`` (the
+agent may be restarting), backing off with jitter up to :data:`AGENT_REDIAL_CAP`
+while the agent stays away. When the agent stays unreachable for
 ``recovery_timeout`` seconds, :meth:`Executor.error` is called with the reason,
 then :meth:`Executor.shutdown` (kill your tasks: nobody will report them), and the
 driver aborts.
@@ -58,6 +59,11 @@ from .lifecycle import DriverError, DriverLifecycle, DriverStatus
 __all__ = ["ENVIRONMENT", "DriverError", "DriverStatus", "Executor", "ExecutorDriver"]
 
 DEFAULT_AGENT_PORT = 5051
+
+AGENT_REDIAL_CAP = 2.0
+"""Seconds: the longest wait between two dials of an agent that is away. Lower than a
+scheduler's cap: the agent is on the same host, few executors dial it, and once back it
+gives them only ``agent.executor_register_timeout`` (20 s by default) to re-register."""
 
 ENVIRONMENT = ("MEZZO_AGENT_ENDPOINT", "MEZZO_FRAMEWORK_ID", "MEZZO_EXECUTOR_ID", "MEZZO_SANDBOX")
 """Variables the agent sets for an executor; the driver needs all of them."""
@@ -141,6 +147,7 @@ class ExecutorDriver(DriverLifecycle):
                 "executor": self._executor_id,
             },
             recovery_timeout=recovery_timeout,
+            redial_cap=AGENT_REDIAL_CAP,
         )
         # Driver-thread state.
         self._registered_once = False
@@ -242,6 +249,7 @@ class ExecutorDriver(DriverLifecycle):
         pass  # the executor API has no callback for it; the redial is logged by the base
 
     def _on_registered(self, executor: ExecutorInfo, framework: FrameworkInfo, agent: AgentInfo) -> None:
+        self._peer_registered()
         if agent is not None:
             self._agent_id = agent.agent_id or ""
             agent.resources = _lift(agent.resources)

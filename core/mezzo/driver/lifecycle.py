@@ -3,8 +3,12 @@
 A driver owns one connection to one peer (the master for a scheduler driver, the
 local agent for an executor driver). :class:`DriverLifecycle` dials it on the
 driver thread (:mod:`mezzo.driver.runtime`), hands each new connection to the
-subclass (which registers), notices when it drops, and dials again every
-``reconnect_interval`` until the driver is stopped or aborted.
+subclass (which registers), notices when it drops, and dials again until the
+driver is stopped or aborted: after ``reconnect_interval`` at first, backing off
+exponentially with jitter (:class:`~mezzo.backoff.Backoff`) up to a cap while the
+peer stays unreachable or keeps dropping the connection before registration
+answers; registration starts the backoff afresh. A new leader named by ZooKeeper
+is dialled at once.
 
 Status follows Mesos: ``start()`` moves NOT_STARTED to RUNNING and is a no-op
 afterwards; ``stop()`` and ``abort()`` move RUNNING to STOPPED or ABORTED, once;
@@ -19,7 +23,9 @@ with other threads is the status (guarded by a lock) and the ``done`` event.
 
 Error handling: a peer that cannot be reached is retried forever (the scheduler
 driver) or until ``recovery_timeout`` (the executor driver, whose agent is on the
-same host). An exception raised by a user callback is logged with its traceback
+same host), with the backoff above: a master in trouble sees fewer dials the
+longer its trouble lasts, and thousands of drivers that lost it together do not
+come back in lock-step. An exception raised by a user callback is logged with its traceback
 and the driver carries on; a callback that holds the driver thread longer than
 :data:`~mezzo.driver.runtime.SLOW_CALLBACK_SECONDS` is logged as a warning because
 it delayed every driver in the process.
@@ -37,6 +43,7 @@ from typing import Any
 
 import structlog
 
+from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import FixedAddress, LeaderAddress
 from ..errors import MezzoError
 from ..rpc import Connection, ServiceSchema, connect
@@ -64,8 +71,8 @@ CONNECT_TIMEOUT = 5.0
 """Seconds one dial attempt may take before it counts as failed."""
 
 TAKEOVER_RETRY = 0.05
-"""First redial of a master that ZooKeeper names leader but that answered ``not_leader``
-(it is still taking over); doubles up to ``reconnect_interval``."""
+"""Ceiling of the first redial of a master that ZooKeeper names leader but that answered
+``not_leader`` (it is still taking over); backs off, jittered, up to ``reconnect_interval``."""
 
 
 class DriverLifecycle:
@@ -87,6 +94,7 @@ class DriverLifecycle:
         logger: str,
         log_context: Mapping[str, Any],
         recovery_timeout: float | None = None,
+        redial_cap: float = REDIAL_CAP,
     ) -> None:
         if not reconnect_interval > 0:
             raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval!r}")
@@ -106,7 +114,11 @@ class DriverLifecycle:
         # Driver-thread state.
         self._conn: Connection | None = None
         self._conn_address: tuple[str, int] | None = None
-        self._takeover_wait = 0.0
+        # Redials back off until the peer answers a registration; see the module docstring.
+        interval = self._reconnect_interval
+        self._redial = Backoff(interval, max(redial_cap, interval))
+        self._takeover = Backoff(min(TAKEOVER_RETRY, interval), interval)
+        self._taking_over = False
         self._dial_task: asyncio.Task | None = None
         self._held: collections.deque[tuple[str, Callable[..., None], tuple]] = collections.deque()
 
@@ -273,14 +285,18 @@ class DriverLifecycle:
             except (TimeoutError, OSError) as exc:
                 failures += 1
                 # The first failure and then every 20th, so a long outage does not flood the log.
+                wait = self._redial.next()
+                if self._recovery_timeout is not None:  # give up on time, not a backoff later
+                    wait = min(wait, max(0.0, lost_since + self._recovery_timeout - time.monotonic()))
                 if failures == 1 or failures % 20 == 0:
                     self._log.warning(
                         "cannot reach peer; retrying",
                         peer=self.peer,
                         attempts=failures,
+                        retry_in=round(wait, 3),
                         error=str(exc) or repr(exc),
                     )
-                await target.changed(self._reconnect_interval)
+                await target.changed(wait)
                 continue
             if self._status is not DriverStatus.RUNNING:
                 conn.close()
@@ -300,15 +316,24 @@ class DriverLifecycle:
             self._log.warning("connection to peer lost; will redial", peer=self.peer)
             self._disconnected()
             if target.current() == address:
-                # The same peer again: give it a moment. A new leader is dialled at once.
-                await target.changed(self._takeover_wait or self._reconnect_interval)
+                # The same peer again: give it a moment (longer each time it drops us
+                # before registering). A new leader is dialled at once.
+                await target.changed(self._takeover.next() if self._taking_over else self._redial.next())
+
+    def _peer_registered(self) -> None:
+        """The peer answered our registration (driver thread): the next redial, if the
+        connection drops, waits ``reconnect_interval`` again, not the backoff reached."""
+        self._redial.reset()
+        self._takeover.reset()
+        self._taking_over = False
 
     def _peer_not_leading(self, conn: Connection) -> None:
         """The master we dialled says it does not lead. If ZooKeeper names it all the
-        same, it is still taking over: dial it again shortly (backing off), not after a
-        whole ``reconnect_interval``. Registration resets the backoff."""
+        same, it is still taking over: dial it again shortly (from :data:`TAKEOVER_RETRY`,
+        backing off with jitter), not after a whole ``reconnect_interval``. Registration
+        resets the backoff."""
         if self._target.current() == self._conn_address:
-            self._takeover_wait = min(max(self._takeover_wait * 2, TAKEOVER_RETRY), self._reconnect_interval)
+            self._taking_over = True
         conn.close()
 
     def _peer_moved(self, address: tuple[str, int] | None) -> None:

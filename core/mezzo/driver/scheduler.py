@@ -51,8 +51,9 @@ Masters: ``"host:port"`` dials one master; ``"zk://host:port/path"`` follows the
 master elected in ZooKeeper, dialling a new leader as soon as ZooKeeper names it.
 
 Error handling: a lost connection calls ``disconnected`` (if we were registered),
-then the driver redials every ``reconnect_interval`` (at once when a new leader
-was elected) and re-registers with its framework id, which the master answers
+then the driver redials after ``reconnect_interval``, backing off with jitter up
+to :data:`~mezzo.backoff.REDIAL_CAP` while the master stays away (at once when a
+new leader was elected), and re-registers with its framework id, which the master answers
 with ``reregistered``. A master that answers ``not_leader`` is left for the
 leader. A ZooKeeper that cannot be reached when the driver starts is fatal:
 ``Scheduler.error`` is called and the driver aborts. A master ``error``
@@ -431,7 +432,7 @@ class SchedulerDriver(DriverLifecycle):
         self._framework.framework_id = framework_id
         self._master_name = master
         self._registered = True
-        self._takeover_wait = 0.0
+        self._peer_registered()
         self._log = self._log.bind(framework_id=framework_id)
         self._log.info("reregistered" if again else "registered", master=master)
         remote = self._conn.remote(MASTER) if self._conn is not None else None
