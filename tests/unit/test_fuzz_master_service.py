@@ -520,12 +520,6 @@ def _executor(cpus: float) -> ExecutorInfo:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AgentLifecycle._adopt takes each listed executor's resources from the agent's free pool, "
-    "once per entry: an executor a re-registering agent lists twice is charged twice, and the second "
-    "share never comes back (agent.executors holds it once)",
-)
 def test_reregistering_agent_repeating_an_executor_leaks_its_resources():
     master = _master_alone()
     link = FuzzLink(1, master.clock, WireMemory())
@@ -535,13 +529,6 @@ def test_reregistering_agent_repeating_an_executor_leaks_its_resources():
     assert_every_resource_in_one_place(master)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AgentLifecycle._adopt takes a re-registering agent's word for what its executors (and "
-    "tasks) hold without checking it fits the agent's total: the free pool floors at zero, and when "
-    "the executor ends its resources go back to a pool they were never all taken from, so the "
-    "master offers more than the agent has",
-)
 def test_reregistering_agent_reporting_more_than_it_has_makes_resources_up():
     master = _master_alone()
     link = FuzzLink(1, master.clock, WireMemory())
@@ -565,6 +552,19 @@ def test_container_statistics_nested_too_deep_are_dropped():
     link, agent_id = _registered_agent(master)
     _call_over_the_wire(master, link, "container_statistics", agent_id, "[" * 100_000)
     assert master.state.agents[agent_id].statistics == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="MasterService.container_statistics refuses the constants NaN and Infinity "
+    "(parse_constant) but json.loads reads a number too big for a float, such as 1e999, as "
+    "inf without asking parse_constant: it is kept, and render_state writes Infinity",
+)
+def test_container_statistics_with_a_number_overflowing_to_infinity_leave_the_state_json():
+    master = _master_alone()
+    link, agent_id = _registered_agent(master)
+    _call_over_the_wire(master, link, "container_statistics", agent_id, "[1e999]")
+    strict_json(render_state(master))
 
 
 def test_container_statistics_with_nan_leave_the_state_json():

@@ -7,7 +7,8 @@ pings (:mod:`.health`).
 
 Whether an agent unknown to this master may re-register is the registry's call
 (:mod:`.registry`): an admitted one (after a failover) is adopted with its tasks,
-executors and frameworks; one declared lost is told to start over.
+executors and frameworks, as far as its total goes (what does not fit is killed, reason
+``agent_overcommitted``); one declared lost is told to start over.
 
 Callers (:mod:`.service`) have checked who is calling, validated the input and
 keep track of which link carries which agent.
@@ -22,7 +23,7 @@ import structlog
 
 from .. import is_terminal, state_name
 from ..resources import InvalidResources, Resources
-from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, RunningTask, TaskState
+from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, KillPolicy, RunningTask, TaskState
 from . import long_tasks
 from .agent_removals import RemovalLimit
 from .allocation import effective_min_offer
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from .state import ClusterState
 
 log = structlog.get_logger("mezzo.master", component="master")
+
+OVERCOMMITTED = "agent_overcommitted"
+"""``TaskStatus.reason`` of the kill updates of a task a re-registering agent reported
+that did not fit in what was left of the agent's total (see :meth:`AgentLifecycle._adopt`)."""
 
 
 class AgentLifecycle:
@@ -163,7 +168,22 @@ class AgentLifecycle:
         (:meth:`FrameworkLifecycle.recover`): their tasks are theirs again at once,
         and their schedulers have a while to come back. Tasks of frameworks the agent
         gave no info for stay on the agent record (their resources stay used) and
-        join their framework when it registers (:attr:`ClusterState.orphans`)."""
+        join their framework when it registers (:attr:`ClusterState.orphans`).
+
+        Its word is taken only as far as its total goes, so the books never hold
+        more than the agent has:
+
+        - an executor listed twice is taken once (the first entry; the repeat is
+          logged);
+        - executors, then tasks, in the order listed, are taken while they fit in
+          what is left of the agent's total. One that does not fit is not adopted
+          (a warning names the agent and what is short): each such task, and each
+          task of such an executor, is killed on the agent the way the master kills
+          for its own reasons (``KillPolicy``, reason :data:`OVERCOMMITTED`, see
+          :meth:`_refuse_task`), so its framework hears TASK_KILLED with that reason
+          from the agent, once and reliably, rather than a TASK_LOST from here
+          followed by the agent's own end of the task.
+        """
         state = self.state
         for info in frameworks:
             fid = info.framework_id if isinstance(info, FrameworkInfo) else None
@@ -174,18 +194,43 @@ class AgentLifecycle:
                 and fid not in state.removed_frameworks
             ):
                 self.frameworks.recover(info)
+        listed: set[tuple[str, str]] = set()
+        refused_executors: set[tuple[str, str]] = set()
         for ex in executors:
             if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
                 continue
+            key = (ex.framework_id, ex.executor_id)
+            if key in listed:
+                log.warning(
+                    "re-registering agent listed an executor twice; taken once",
+                    agent=agent.id,
+                    framework=ex.framework_id,
+                    executor=ex.executor_id,
+                )
+                continue
+            listed.add(key)
             res = _safe_resources(ex.resources)
             ex.resources = res
-            key = (ex.framework_id, ex.executor_id)
+            if not res.fits_in(agent.free):
+                refused_executors.add(key)
+                log.warning(
+                    "re-registering agent reports an executor that does not fit in what is left of "
+                    "its total; not adopted, its tasks are killed",
+                    agent=agent.id,
+                    framework=ex.framework_id,
+                    executor=ex.executor_id,
+                    resources=str(res),
+                    short="; ".join(res.shortfall(agent.free)),
+                    total=str(agent.total),
+                )
+                continue
             agent.executors[key] = ex
             agent.free = agent.free - res
             if ex.framework_id in state.frameworks:
                 state.allocator.allocated(ex.framework_id, res)
             else:
                 state.orphans.setdefault(ex.framework_id, []).append((agent, key))
+        refused: set[tuple[str, str]] = set()
         for rt in running:
             t = rt.task if rt is not None else None
             fid = rt.framework_id if rt is not None else None
@@ -197,7 +242,7 @@ class AgentLifecycle:
                 if latest is not None and isinstance(latest.state, int)
                 else TaskState.TASK_STAGING
             )
-            if (fid, t.task_id) in agent.tasks:
+            if (fid, t.task_id) in agent.tasks or (fid, t.task_id) in refused:
                 continue
             res = _safe_resources(t.resources)
             tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=task_state)
@@ -208,6 +253,14 @@ class AgentLifecycle:
                 # must know how it ended.
                 state.completed_tasks.append(tr)
                 continue
+            if t.executor is not None and (fid, tr.executor_id) in refused_executors:
+                refused.add((fid, t.task_id))
+                self._refuse_task(agent, tr, f"its executor {tr.executor_id!r} does not fit")
+                continue
+            if not res.fits_in(agent.free):
+                refused.add((fid, t.task_id))
+                self._refuse_task(agent, tr, "; ".join(res.shortfall(agent.free)))
+                continue
             agent.free = agent.free - res
             state.add_task(agent, tr)
             framework = state.frameworks.get(fid)
@@ -216,6 +269,29 @@ class AgentLifecycle:
             elif t.task_id not in framework.tasks:
                 framework.tasks[t.task_id] = tr
                 state.allocator.allocated(fid, res)
+
+    def _refuse_task(self, agent: AgentRecord, task: TaskRecord, short: str) -> None:
+        """A task a re-registering agent reported does not fit in what is left of
+        its total: it is not adopted, and the agent is told to kill it for that
+        reason (its framework hears TASK_KILLED, reason :data:`OVERCOMMITTED`, from
+        the agent)."""
+        message = (
+            f"agent {agent.id} re-registered running more than its total "
+            f"({agent.total}); this task did not fit: {short}"
+        )
+        log.warning(
+            "re-registering agent reports a task that does not fit in what is left of its total; "
+            "not adopted, killing it",
+            agent=agent.id,
+            framework=task.framework_id,
+            task=task.id,
+            resources=str(task.resources),
+            short=short,
+            total=str(agent.total),
+        )
+        self.state.outbox.agent(agent.conn).kill_task(
+            task.framework_id, task.id, KillPolicy(reason=OVERCOMMITTED, message=message)
+        )
 
     def _reconcile(
         self, agent: AgentRecord, running: list[RunningTask], executors: list[ExecutorInfo]
