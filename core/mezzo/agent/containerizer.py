@@ -27,6 +27,7 @@ the child, is also reported to :attr:`Containerizer.guard`, a
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import signal
@@ -42,7 +43,7 @@ from ..config import AgentConfig
 from ..errors import MezzoError
 from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
 from ..isolation import program_problem  # noqa: F401 - re-exported (was defined here)
-from ..plugin_guard import PluginGuard
+from ..plugin_guard import PluginGuard, describe
 from ..plugins import Plugins, check_settings_tables
 from ..resources import Resources
 from . import posix
@@ -278,6 +279,8 @@ class Containerizer:
         self.guard = guard if guard is not None else PluginGuard(log)
         """Where isolator failures are counted; the agent passes its own."""
         self._spawner: ThreadPoolExecutor | None = None
+        self._non_finite_seen: set[tuple[str, object]] = set()
+        """(isolator, key) of the non-finite measurements logged already (:meth:`usage`)."""
 
     @classmethod
     def from_config(
@@ -418,13 +421,32 @@ class Containerizer:
                 self.guard.failed(iso, "update", exc, container=container.container_id)
 
     async def usage(self, container: Container) -> dict[str, float]:
-        """Merged measurements of every isolator (later isolators win on equal keys)."""
+        """Merged measurements of every isolator (later isolators win on equal keys).
+
+        A measurement that is not finite (NaN or an infinity, also inside a nested
+        value) is dropped: it is not JSON, and the master would drop the agent's whole
+        report for it (:mod:`.statistics`). The first such value of each isolator and
+        key is logged as a warning naming them."""
         out: dict[str, float] = {}
         for iso in self.isolators:
             try:
-                out.update(await iso.usage(container))
+                measured = dict(await iso.usage(container))
             except Exception as exc:
                 self.guard.failed(iso, "usage", exc, container=container.container_id)
+                continue
+            for key, value in measured.items():
+                if _finite(value):
+                    out[key] = value
+                elif (describe(iso), key) not in self._non_finite_seen:
+                    self._non_finite_seen.add((describe(iso), key))
+                    log.warning(
+                        "an isolator measured a value that is not a finite number; dropped from the "
+                        "container statistics (logged once per isolator and key)",
+                        isolator=describe(iso),
+                        key=key,
+                        value=repr(value)[:100],
+                        container=container.container_id,
+                    )
         return out
 
     async def limitation(self, container: Container) -> Limitation | None:
@@ -563,3 +585,14 @@ async def _reap(running: RunningContainer) -> None:
         await asyncio.shield(running.wait())
     except asyncio.CancelledError:
         pass
+
+
+def _finite(value: object) -> bool:
+    """No NaN or infinity in ``value`` (a number, or lists and dicts of them)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True

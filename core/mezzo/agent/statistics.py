@@ -15,6 +15,9 @@ with it, measured on the spot, and sends it to the master every
 ``mezzo state`` shows each agent's containers. Containers no isolator measures
 (the ``posix`` isolator measures nothing) are left out, and an agent with nothing
 measured sends nothing: a cluster without resource isolators pays nothing for this.
+A measurement that is not a finite number (NaN, an infinity) is dropped where the
+isolators' measurements are merged (:meth:`Containerizer.usage`, which logs it once per
+isolator and key): the report is strict JSON, as the master requires.
 """
 
 from __future__ import annotations
