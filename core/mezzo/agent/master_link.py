@@ -16,10 +16,17 @@ With a ``zk://`` address the link dials whichever master ZooKeeper says leads,
 and moves to a new leader as soon as it is elected.
 
 Error handling: an unreachable master is not an error, it is the normal state
-while a master restarts or fails over. The link retries every ``interval``
-seconds forever (at once when a new leader is named), logging the first failure and then every twentieth so a long
-outage does not flood the log. What to do on (re)connection (register or
-re-register) is the agent's business, in ``on_connected``.
+while a master restarts or fails over. The link retries forever: after
+``interval`` seconds at first, then backing off exponentially with jitter
+(:class:`~mezzo.backoff.Backoff`) up to :data:`~mezzo.backoff.REDIAL_CAP`, so that
+a master in trouble sees fewer dials the longer it lasts and the agents of a whole
+cluster do not redial in lock-step. A master that accepts the connection and drops
+it before answering the registration is backed off from the same way; only a
+registration answered (:meth:`MasterLink.registered`) starts the backoff afresh. A
+new leader named by ZooKeeper is dialled at once. The first failure and then every
+twentieth is logged, so a long outage does not flood the log. What to do on
+(re)connection (register or re-register) is the agent's business, in
+``on_connected``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import peer_address
 from ..rpc import Connection, connect
 from ..services import AGENT
@@ -37,6 +45,10 @@ from ..services import AGENT
 log = structlog.get_logger("mezzo.agent", component="agent")
 
 DEFAULT_MASTER_PORT = 5050
+
+TAKEOVER_RETRY = 0.05
+"""Ceiling of the first redial of a master ZooKeeper names but that answered
+``not_leader`` (it is taking over); backs off, jittered, up to ``interval``."""
 
 
 class MasterLink:
@@ -55,14 +67,16 @@ class MasterLink:
         self.target = peer_address(address, DEFAULT_MASTER_PORT)
         self._handler = handler
         self._interval = max(interval, 0.01)
+        self._redial = Backoff(self._interval, max(REDIAL_CAP, self._interval))
+        self._takeover = Backoff(min(TAKEOVER_RETRY, self._interval), self._interval)
         self._max_frame = max_frame
         self._on_connected = on_connected
         self._on_lost = on_lost
         self.conn: Connection | None = None
         self._conn_address: tuple[str, int] | None = None
-        self.takeover_wait = 0.0
-        """Seconds before redialling a master ZooKeeper names but that said it does not
-        lead yet (0: use ``interval``); see :meth:`not_leading`."""
+        self.taking_over = False
+        """A master ZooKeeper names said it does not lead yet: redial it soon; see
+        :meth:`not_leading`."""
         self._task: asyncio.Task | None = None
 
     @property
@@ -94,15 +108,17 @@ class MasterLink:
             try:
                 conn = await connect(address[0], address[1], AGENT, self._handler, max_frame=self._max_frame)
             except OSError as exc:
+                wait = self._redial.next()
                 if failures % 20 == 0:
                     log.warning(
                         "master unreachable; retrying",
                         master=self.address,
                         error=str(exc),
-                        every=self._interval,
+                        attempts=failures + 1,
+                        retry_in=round(wait, 3),
                     )
                 failures += 1
-                await self.target.changed(self._interval)
+                await self.target.changed(wait)
                 continue
             failures = 0
             self.conn = conn
@@ -120,18 +136,28 @@ class MasterLink:
             except Exception:
                 log.exception("handling the lost master connection failed")
             if self.target.current() == address:
-                await self.target.changed(self.takeover_wait or self._interval)
+                # The same master again: give it a moment (longer each time it drops us
+                # before registering). A new leader is dialled at once.
+                await self.target.changed(self.next_wait())
+
+    def next_wait(self) -> float:
+        """Seconds before redialling the master just lost (each call backs off further)."""
+        return self._takeover.next() if self.taking_over else self._redial.next()
 
     def not_leading(self, conn: Connection) -> None:
         """The master answered ``not_leader``. If ZooKeeper names it all the same, it is
-        still taking over: redial it shortly (backing off from 50 ms), not after a whole
-        interval. ``registered()`` resets the backoff."""
+        still taking over: redial it shortly (from :data:`TAKEOVER_RETRY`, backing off
+        with jitter), not after a whole interval. :meth:`registered` resets the backoff."""
         if self.target.current() == self._conn_address:
-            self.takeover_wait = min(max(self.takeover_wait * 2, 0.05), self._interval)
+            self.taking_over = True
         conn.close()
 
     def registered(self) -> None:
-        self.takeover_wait = 0.0
+        """The master answered the (re-)registration: the next redial starts from
+        ``interval`` again."""
+        self.taking_over = False
+        self._redial.reset()
+        self._takeover.reset()
 
     async def close(self) -> None:
         if self._task is not None:
