@@ -3,7 +3,9 @@
 For the scale and failover benchmarks (the paper's 50,000-node experiment runs
 on one machine): each :class:`EmulatedAgent` has its own connection to the
 master, its own id and resources, registers and re-registers like a real agent,
-and reports status updates that it retries until acknowledged. Tasks do not run:
+and reports status updates that it retries until acknowledged; its redials and
+resends back off with jitter exactly as a real agent's do (:mod:`mezzo.backoff`),
+or the benchmarks would measure a storm no real cluster makes. Tasks do not run:
 a task "runs" for ``labels["duration"]`` seconds (or the N of a ``sleep N``
 command; otherwise it finishes at once) on an event-loop timer. Nothing in the
 master can tell these agents from real ones.
@@ -32,6 +34,7 @@ from typing import Any
 
 import structlog
 
+from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import peer_address
 from ..resources import Resources
 from ..rpc import Connection, connect
@@ -42,14 +45,16 @@ log = structlog.get_logger("mezzo.emulation", component="emulated-agent")
 
 _SLEEP = re.compile(r"^\s*sleep\s+([0-9.]+)\s*$")
 FIRST_RETRY_SECONDS = 1.0
-"""An unacknowledged update is sent again after this long, doubling each time
-(as a real agent does with ``agent.status_update_retry``)."""
+"""An unacknowledged update is sent again after 1-2 times this long, then 2-4 times, ...
+(jittered, as a real agent does with ``agent.status_update_retry``)."""
 MAX_RETRY_SECONDS = 30.0
+"""The longest wait between two sends of an unacknowledged update (as a real agent's)."""
 RETRY_SCAN_SECONDS = 0.25
 """How often the pool looks for updates due to be sent again."""
 TAKEOVER_RETRY_SECONDS = 0.05
-"""First redial of a master that answered ``not_leader`` although ZooKeeper names it leader
-(doubling up to the pool's ``redial_interval``): it is taking over."""
+"""Ceiling of the first redial of a master that answered ``not_leader`` although ZooKeeper
+names it leader (backing off, jittered, up to the pool's ``redial_interval``): it is taking
+over."""
 
 
 def task_duration(task: TaskInfo) -> float:
@@ -227,9 +232,11 @@ class _AgentConnection:
         self.owner: dict[tuple[str, str], EmulatedAgent] = {}
         self.conn: Connection | None = None
         self.address: tuple[str, int] | None = None
-        self.takeover_wait = 0.0
-        """Seconds before redialling a master that said it does not lead although ZooKeeper
-        names it (0: none did; the pool's ``redial_interval`` applies)."""
+        self.taking_over = False
+        """A master ZooKeeper names said it does not lead yet: redial it soon."""
+        self.redials = 0
+        """Redials since the last registration answered (the pool's backoff policies
+        are shared; each connection keeps only its attempt count)."""
         self._refused: Connection | None = None
         self._awaiting_id: list[EmulatedAgent] = []
 
@@ -255,17 +262,28 @@ class _AgentConnection:
         if not self.pool.stopping:
             self.pool.redial(self)
 
+    def next_wait(self) -> float:
+        """Seconds before redialling the master just lost (each call backs off further)."""
+        policy = self.pool.takeover_backoff if self.taking_over else self.pool.redial_backoff
+        self.redials += 1
+        return policy.delay(self.redials - 1)
+
+    def _answered(self) -> None:
+        """A registration was answered: the next redial starts from the shortest wait."""
+        self.taking_over = False
+        self.redials = 0
+
     # -- Agent service ---------------------------------------------------
 
     def registered(self, conn: Connection, agent_id: str) -> None:
-        self.takeover_wait = 0.0
+        self._answered()
         if self._awaiting_id:
             agent = self._awaiting_id.pop(0)
             self.by_id[agent_id] = agent
             agent.on_registered(agent_id)
 
     def reregistered(self, conn: Connection, agent_id: str) -> None:
-        self.takeover_wait = 0.0
+        self._answered()
         agent = self.by_id.get(agent_id)
         if agent is not None:
             agent.on_registered(agent_id)
@@ -323,9 +341,8 @@ class _AgentConnection:
             # ZooKeeper names this master already (as we or it see it), and our calls beat its
             # takeover by a few milliseconds (it answers with the leader it knew, or itself):
             # try it again shortly rather than after a whole redial interval.
-            self.takeover_wait = min(
-                max(self.takeover_wait * 2, TAKEOVER_RETRY_SECONDS), self.pool.redial_interval
-            )
+            if not self.taking_over:
+                self.taking_over, self.redials = True, 0
         conn.close()  # redialled at whoever leads
 
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
@@ -407,6 +424,13 @@ class EmulatedAgentPool:
         self.links = [_AgentConnection(self, self.agents[i : i + per]) for i in range(0, count, per)]
         self.dial_concurrency = dial_concurrency
         self.redial_interval = redial_interval
+        interval = max(redial_interval, 0.001)
+        self.redial_backoff = Backoff(interval, max(REDIAL_CAP, interval))
+        """How long a connection waits before redialling the master it lost (as a real agent)."""
+        self.takeover_backoff = Backoff(min(TAKEOVER_RETRY_SECONDS, interval), interval)
+        self.update_backoff = Backoff(2 * FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS)
+        """Waits between sends of an unacknowledged update: the n-th between ``FIRST_RETRY_SECONDS
+        * 2**n`` and twice that, at most ``MAX_RETRY_SECONDS`` (as a real agent's)."""
         self.stopping = False
         self.updates_sent = 0
         self.running = 0
@@ -426,7 +450,7 @@ class EmulatedAgentPool:
         self._retry_task: asyncio.Task | None = None
         self._redials: set[asyncio.Task] = set()
         self._retries: dict[tuple[EmulatedAgent, tuple[str, str]], list[float]] = {}
-        """Updates in flight: (agent, task key) -> [when to resend, current interval]."""
+        """Updates in flight: (agent, task key) -> [when to resend, resends so far]."""
 
     @property
     def registered_count(self) -> int:
@@ -464,9 +488,18 @@ class EmulatedAgentPool:
     def redial(self, link: _AgentConnection) -> None:
         async def again() -> None:
             while not self.stopping:
-                if self.target.current() == link.address:
-                    # The same master: give it a moment. A new leader is dialled at once.
-                    await self.target.changed(link.takeover_wait or self.redial_interval)
+                address = self.target.current()
+                if address is None:
+                    # Nobody leads: wait for ZooKeeper's news (dialling now would fail at
+                    # once, without ever yielding the loop).
+                    await self.target.changed(self.redial_interval)
+                    continue
+                if address == link.address:
+                    # The same master: give it a moment, longer each time it failed us.
+                    # A new leader is dialled at once.
+                    await self.target.changed(link.next_wait())
+                    if self.stopping:
+                        return
                 try:
                     await link.dial()
                     return
@@ -479,7 +512,7 @@ class EmulatedAgentPool:
 
     def retry_later(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
         """Resend ``agent``'s in-flight update of ``key`` unless acknowledged in time."""
-        self._retries[(agent, key)] = [time.monotonic() + FIRST_RETRY_SECONDS, FIRST_RETRY_SECONDS]
+        self._retries[(agent, key)] = [time.monotonic() + self.update_backoff.delay(0), 1]
 
     def acknowledged(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
         self._retries.pop((agent, key), None)
@@ -499,8 +532,8 @@ class EmulatedAgentPool:
                     del self._retries[(agent, key)]
                     continue
                 agent._send(status)
-                due[1] = min(due[1] * 2, MAX_RETRY_SECONDS)
-                due[0] = now + due[1]
+                due[0] = now + self.update_backoff.delay(int(due[1]))
+                due[1] += 1
 
     async def stop(self) -> None:
         self.stopping = True
