@@ -6,6 +6,8 @@
   publishing its address; it is demoted the moment its session is in doubt.
 - :mod:`.detector`: :class:`LeaderDetector`, how agents, drivers and tools follow
   the current leader.
+- :mod:`.client`: how both open their session, with one retry policy (kazoo's
+  backoff with jitter, capped at a few seconds).
 
 kazoo runs its own threads; these classes call back on them, and their users hand
 the news to their event loop (``loop.call_soon_threadsafe``).

@@ -26,10 +26,9 @@ import threading
 from collections.abc import Callable
 
 import structlog
-from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from .client import start_session
+from .client import new_client, start_session
 from .url import ZkUrl, parse_zk_url
 
 log = structlog.get_logger("mezzo.zk", component="leader-detector")
@@ -48,7 +47,7 @@ class LeaderDetector:
     ) -> None:
         self.url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
         self._listeners: list[Callable[[str | None], None]] = [on_change] if on_change is not None else []
-        self._zk = KazooClient(hosts=self.url.hosts, timeout=session_timeout)
+        self._zk = new_client(self.url, session_timeout)
         self._election = self._zk.Election(self.url.election_path)
         self._leader: str | None = None
         self._changed = threading.Condition()

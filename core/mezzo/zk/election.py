@@ -30,7 +30,7 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 
-from .client import start_session
+from .client import new_client, start_session
 from .url import ZkUrl, parse_zk_url
 
 log = structlog.get_logger("mezzo.zk", component="leader-election")
@@ -56,7 +56,7 @@ class LeaderElection:
         self.address = address
         self._on_elected = on_elected
         self._on_demoted = on_demoted
-        self._zk = KazooClient(hosts=self.url.hosts, timeout=session_timeout)
+        self._zk = new_client(self.url, session_timeout)
         self._zk.add_listener(self._state_changed)
         self._election = self._zk.Election(self.url.election_path, address)
         self._lock = threading.Lock()
