@@ -5,6 +5,8 @@ Layers, bottom up (each testable without the next):
 - :mod:`.framing` splits a byte stream into length-prefixed frames, bounded in size.
 - :mod:`.codec` turns a frame into ``(method, args)`` of a generated Thrift service
   and back, with the accelerated binary protocol.
+- :mod:`.offload` decodes a server's big frames on a worker thread, so that no
+  message holds its event loop.
 - :mod:`.connection` is the asyncio protocol: it feeds frames to a handler object,
   coalesces outgoing frames, and maps every bad input to a logged, closed connection.
 - :mod:`.limits` bounds what a server's peers can make it hold: connections,

@@ -22,6 +22,11 @@ Bounds: a connection a server accepted has a :class:`~mezzo.rpc.limits.Connectio
 the middle of a frame, and stops reading while its peer does not read what it is
 sent (``pause_writing``). A connection we dialled has none: it always reads, so two
 daemons can never both wait for the other to read.
+
+Big frames: a server's connections (``offload`` set) hand a frame larger than
+:data:`~mezzo.rpc.offload.INLINE_DECODE_MAX` to a worker thread to decode
+(:mod:`.offload`), stop reading, and hold the frames that came behind it, until
+its handler has run: messages are still handled one at a time, in order.
 """
 
 from __future__ import annotations
@@ -29,15 +34,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from .codec import MalformedMessage, Remote, ServiceSchema
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
+from .offload import INLINE_DECODE_MAX
 
 if TYPE_CHECKING:
     from .limits import ConnectionLimiter
+    from .offload import Decoded, OffLoopDecoder, Ticket
 
 log = structlog.get_logger("mezzo.rpc")
 
@@ -115,6 +124,7 @@ class Connection(asyncio.Protocol):
         loop: asyncio.AbstractEventLoop | None = None,
         limiter: ConnectionLimiter | None = None,
         address: str = "",
+        offload: OffLoopDecoder | None = None,
     ) -> None:
         self.schema = schema
         self.handler = handler
@@ -140,6 +150,14 @@ class Connection(asyncio.Protocol):
         """Bytes handed to the transport so far."""
         self.write_paused = False
         """True while the transport holds more than its high-water mark for the peer."""
+        self._offload = offload
+        self._inline_max = INLINE_DECODE_MAX if offload is not None else 0
+        self._decoding: _Decoding | None = None
+        """The frame being decoded off the loop, if any: reading stops meanwhile."""
+        self._behind: deque[bytes] = deque()
+        """Frames received behind it, handled once it has been."""
+        self._held_bytes = 0
+        """Bytes of both, counted as input held for the limiter."""
         self.last_received = self._loop.time()
         """Loop time of the last bytes from the peer (the master's agent health check)."""
         self.closed: asyncio.Future[None] = self._loop.create_future()
@@ -167,29 +185,86 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
             self.close()
             return
+        if self._decoding is not None and frames:
+            # Read before reading stopped: they wait their turn behind the big frame.
+            self._behind.extend(frames)
+            self._held_bytes += sum(map(len, frames))
+            frames = []
         if self._limiter is not None:
             self._limiter.received(self, len(frames), now)
             if self._closing:
                 return  # dropped for its incomplete frame: its messages are not served
         TRAFFIC.received += len(frames)
+        self._serve(frames)
+
+    def _serve(self, frames: Iterable[bytes]) -> None:
+        """Handle ``frames`` in order, until one goes to the worker (or we close)."""
+        frames = iter(frames)
+        inline_max = self._inline_max
         for payload in frames:
+            if inline_max and len(payload) > inline_max:
+                self._decode_off_loop(payload, frames)
+                return
             try:
                 name, args = self.schema.decode(payload, self.max_frame)
             except MalformedMessage as exc:
                 log.warning("closing connection: malformed message", peer=self.peer, error=str(exc))
                 self.close()
                 return
-            try:
-                getattr(self.handler, name)(self, *args)
-            except Exception:
-                log.exception("handler failed", peer=self.peer, method=name)
+            self._call(name, args)
             if self._closing:
                 # The handler closed us; later frames of this chunk are not for anyone.
                 return
 
+    def _call(self, name: str, args: tuple) -> None:
+        try:
+            getattr(self.handler, name)(self, *args)
+        except Exception:
+            log.exception("handler failed", peer=self.peer, method=name)
+
+    def _decode_off_loop(self, payload: bytes, rest: Iterable[bytes]) -> None:
+        """Hand ``payload`` to the worker; hold ``rest`` and stop reading until it is handled."""
+        behind = list(rest)
+        self._behind.extendleft(reversed(behind))
+        self._held_bytes += len(payload) + sum(map(len, behind))
+        decoding = self._decoding = _Decoding(len(payload))
+        assert self._offload is not None
+        decoding.ticket = self._offload.submit(self.schema, payload, self.max_frame, self._decoded)
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if self._limiter is not None:
+            self._limiter.received(self, 0, self._loop.time())
+
+    def _decoded(self, result: Decoded) -> None:
+        """The worker's answer for the big frame (on the loop): handle it, then what waited."""
+        decoding, self._decoding = self._decoding, None
+        if decoding is None or self._transport is None or self._closing:
+            return  # closed meanwhile: nobody is left to serve
+        self._held_bytes -= decoding.size
+        if isinstance(result, MalformedMessage):
+            log.warning("closing connection: malformed message", peer=self.peer, error=str(result))
+            self.close()
+            return
+        self._call(*result)
+        behind, self._behind = self._behind, deque()
+        self._held_bytes -= sum(map(len, behind))
+        if not self._closing:
+            self._serve(behind)
+        if self._decoding is None:
+            self._resume_reading()
+        if self._limiter is not None and not self._closing:
+            self._limiter.received(self, 0, self._loop.time())
+
+    def _resume_reading(self) -> None:
+        """Read again, unless something else still holds reading back."""
+        transport = self._transport
+        if transport is not None and not self._closing and not self.write_paused and self._decoding is None:
+            transport.resume_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._decoder.clear()
+        self._drop_held()
         if not self.closed.done():
             self.closed.set_result(None)
         if self._limiter is not None:
@@ -216,16 +291,16 @@ class Connection(asyncio.Protocol):
         if self._limiter is None or not self.write_paused:
             return
         self.write_paused = False
-        if self._transport is not None and not self._closing:
-            self._transport.resume_reading()
+        self._resume_reading()
         self._limiter.write_resumed(self, self._loop.time())
 
     # -- what is held ------------------------------------------------------
 
     @property
     def pending_input(self) -> int:
-        """Bytes held towards an incomplete frame from the peer."""
-        return self._decoder.pending
+        """Bytes received from the peer and not served yet: an incomplete frame, and a
+        big frame being decoded off the loop with those that came behind it."""
+        return self._decoder.pending + self._held_bytes
 
     @property
     def bytes_sent(self) -> int:
@@ -299,6 +374,7 @@ class Connection(asyncio.Protocol):
         if self._transport is not None and not self._closing:
             self._flush()
             self._closing = True
+            self._drop_held()
             self._transport.close()
             # A peer that does not read would keep the close (and the buffer) waiting
             # forever: the limiter aborts it once it stops taking bytes.
@@ -315,7 +391,16 @@ class Connection(asyncio.Protocol):
         self._outbox.clear()
         self._outbox_bytes = 0
         self._decoder.clear()
+        self._drop_held()
         transport.abort()
+
+    def _drop_held(self) -> None:
+        """Forget the frames not served yet (the connection is gone)."""
+        decoding, self._decoding = self._decoding, None
+        if decoding is not None and decoding.ticket is not None:
+            decoding.ticket.cancel()
+        self._behind.clear()
+        self._held_bytes = 0
 
 
 def _set_nodelay(sock: Any) -> None:
@@ -325,3 +410,13 @@ def _set_nodelay(sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, AttributeError):  # not TCP (e.g. a unix socket in tests)
         pass
+
+
+class _Decoding:
+    """A frame of this connection on the worker."""
+
+    __slots__ = ("size", "ticket")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ticket: Ticket | None = None

@@ -18,6 +18,7 @@ from .connection import Connection
 from .framing import DEFAULT_MAX_FRAME
 from .limits import ConnectionLimiter
 from .listener import Listener, bind
+from .offload import OFFLOAD
 
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
@@ -61,8 +62,9 @@ async def serve(
 
     Every accepted socket is admitted or refused by ``limiter`` as it is accepted,
     and its connection bounded by it (None: unbounded, for tests of the layers
-    below). The result stands in for an ``asyncio.Server``: ``sockets``,
-    ``close()``, ``wait_closed()``.
+    below). Frames too big to decode without holding the loop are decoded on the
+    process's worker thread (:mod:`.offload`). The result stands in for an
+    ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``.
     """
     loop = asyncio.get_running_loop()
     # After a master failover every agent and scheduler dials the new leader at
@@ -72,7 +74,7 @@ async def serve(
     return Listener(
         sockets,
         lambda address: Connection(
-            schema, handler, max_frame=max_frame, loop=loop, limiter=limiter, address=address
+            schema, handler, max_frame=max_frame, loop=loop, limiter=limiter, address=address, offload=OFFLOAD
         ),
         limiter,
     )
