@@ -284,10 +284,10 @@ class DriverLifecycle:
                 )
             except (TimeoutError, OSError) as exc:
                 failures += 1
-                # The first failure and then every 20th, so a long outage does not flood the log.
                 wait = self._redial.next()
                 if self._recovery_timeout is not None:  # give up on time, not a backoff later
                     wait = min(wait, max(0.0, lost_since + self._recovery_timeout - time.monotonic()))
+                # The first failure and then every 20th, so a long outage does not flood the log.
                 if failures == 1 or failures % 20 == 0:
                     self._log.warning(
                         "cannot reach peer; retrying",
