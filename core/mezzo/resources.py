@@ -41,8 +41,22 @@ or disk: a petabyte). Far above any machine, and low enough that the cluster's t
 and any fraction of them the allocators compute, stay exact and within the wire's
 64-bit integers for up to nine million agents."""
 
-AGENT_RANGE_LIMIT = 65_536
-"""The most ranges of one name (such as ``ports``) an agent may have."""
+AGENT_RANGE_LIMIT = 4_096
+"""The most ranges of one name (such as ``ports``) an agent may have, and so a task
+may ask for. A machine's ports are one or a few ranges (Apache Mesos' default is
+``[31000-32000]``). The bound keeps the range arithmetic of one message within a few
+milliseconds of the master's loop: lifting 65,536 ranges from the wire alone took
+130 ms."""
+
+
+def wire_ranges_problem(wire: _WireResources | None, what: str) -> str | None:
+    """Why a peer's resources have more ranges of a name than any agent may have, or
+    None. O(number of names): checked before the ranges are read one by one, so a
+    message with millions of them is refused at once."""
+    for name, spans in ((wire.ranges or {}) if wire is not None else {}).items():
+        if spans is not None and len(spans) > AGENT_RANGE_LIMIT:
+            return f"{what}: {name}: {len(spans):,} ranges are more than an agent may have (at most {AGENT_RANGE_LIMIT:,})"
+    return None
 
 
 def agent_resources_problem(total: Resources) -> str | None:

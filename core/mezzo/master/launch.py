@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..resources import InvalidResources, Resources
+from ..resources import InvalidResources, Resources, wire_ranges_problem
 from ..wire.ttypes import TaskInfo, TaskState, TaskStatus
 from .long_tasks import INSUFFICIENT_LONG_TASK_ROOM
 from .long_tasks import room as long_task_room
@@ -223,6 +223,13 @@ def _check_task(
             f"labels, arguments and environments of {metadata} bytes are over "
             f"the master's limit of {limits.metadata_bytes} (master.max_task_metadata_bytes)",
         )
+    too_many = wire_ranges_problem(task.resources, "task resources") or (
+        wire_ranges_problem(task.executor.resources, "executor resources")
+        if task.executor is not None
+        else None
+    )
+    if too_many is not None:
+        return error(INVALID_RESOURCES, too_many)
     try:
         resources = Resources.of(task.resources)
     except InvalidResources as exc:

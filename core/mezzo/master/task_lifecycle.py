@@ -190,14 +190,11 @@ class TaskLifecycle:
     def _reconcile(self, record: FrameworkRecord, statuses: list[TaskStatus]) -> None:
         state = self.state
         framework_id = record.id
-        wanted = [s.task_id for s in statuses] or list(record.tasks)
-        # One pass over each input: the agent each status names (the first one naming
-        # it wins), and the latest end of each of the framework's completed tasks.
-        named_agent: dict[str, str] = {}
-        for s in statuses:
-            named_agent.setdefault(s.task_id, s.agent_id or "")
+        # Nothing here is proportional to the request: it is read a chunk at a time
+        # (_answer). The completed tasks are bounded (master.max_completed_tasks).
+        asked: list[TaskStatus] | list[str] = statuses or list(record.tasks)
         ended = {t.id: t for t in state.completed_tasks if t.framework_id == framework_id}
-        self._answer(_Reconciliation(record, wanted, named_agent, ended), 0)
+        self._answer(_Reconciliation(record, asked, {}, ended), 0)
 
     def _answer(self, job: _Reconciliation, start: int) -> None:
         """Answer ``RECONCILE_CHUNK`` of the tasks from ``start``, then let the loop run
@@ -209,13 +206,18 @@ class TaskLifecycle:
             return  # gone, or disconnected, while the answer waited
         framework_id = record.id
         scheduler = state.outbox.scheduler(record.conn)
-        end = min(start + RECONCILE_CHUNK, len(job.wanted))
-        for tid in job.wanted[start:end]:
+        end = min(start + RECONCILE_CHUNK, len(job.asked))
+        named_agent = job.named_agent
+        for asked in job.asked[start:end]:
+            if isinstance(asked, str):  # implicit reconciliation: the framework's own tasks
+                tid, agent_id = asked, ""
+            else:
+                tid = asked.task_id
+                # The agent a task was first named with (later chunks repeat that one).
+                agent_id = named_agent.setdefault(tid, asked.agent_id or "")
             task = record.tasks.get(tid) or job.ended.get(tid)
             if task is None:
-                scheduler.status_update(
-                    self._unknown_task_status(framework_id, tid, job.named_agent.get(tid, ""))
-                )
+                scheduler.status_update(self._unknown_task_status(framework_id, tid, agent_id))
                 continue
             scheduler.status_update(
                 TaskStatus(
@@ -230,7 +232,7 @@ class TaskLifecycle:
                     timestamp=time.time(),
                 )
             )
-        if end < len(job.wanted):
+        if end < len(job.asked):
             state.clock.call_soon(self._answer, job, end)
 
     def _unknown_task_status(self, framework_id: str, task_id: str, agent_id: str) -> TaskStatus:
@@ -266,6 +268,8 @@ class _Reconciliation:
     """One framework's reconciliation request, answered a chunk at a time."""
 
     record: FrameworkRecord
-    wanted: list[str]
+    asked: list[TaskStatus] | list[str]
+    """What the framework asked about, or the ids of all its tasks (implicit reconciliation)."""
     named_agent: dict[str, str]
+    """The agent each task answered so far was first named with."""
     ended: dict[str, TaskRecord]
