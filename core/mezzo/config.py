@@ -122,6 +122,28 @@ class ConnectionsConfig:
     disconnected."""
 
 
+MAX_FRAMEWORK_IDLE_TIMEOUT = 3600.0
+"""The master keeps its listening clock's history for longer than the longest peer
+timeout (:mod:`mezzo.master.loop_watch`), ten samples a second."""
+
+
+def check_framework_health(table: MasterConfig, prefix: str) -> None:
+    """A scheduler must be pinged before it can be found silent. Raises
+    :class:`ConfigError` naming the key."""
+    interval, timeout = table.framework_ping_interval, table.framework_idle_timeout
+    if timeout > MAX_FRAMEWORK_IDLE_TIMEOUT:
+        raise ConfigError(
+            f"{prefix}framework_idle_timeout",
+            f"must be at most {MAX_FRAMEWORK_IDLE_TIMEOUT:g} seconds (0 = never), got {timeout}",
+        )
+    if interval > 0 and 0 < timeout < 2 * interval:
+        raise ConfigError(
+            f"{prefix}framework_idle_timeout",
+            f"must be at least twice framework_ping_interval ({interval}), so that a scheduler "
+            f"is pinged and has time to answer before it is found silent, got {timeout}",
+        )
+
+
 def check_connections(table: ConnectionsConfig, prefix: str) -> None:
     """Bounds that only make sense together. Raises :class:`ConfigError` naming the key."""
     if table.write_buffer_max < table.write_buffer_high:
@@ -158,6 +180,19 @@ class MasterConfig:
     window (Apache Mesos' ``--agent_removal_rate_limit``)."""
     agent_removal_window: float = 60.0
     """Seconds over which ``agent_removal_fraction`` is counted."""
+    framework_ping_interval: float = 15.0
+    """A scheduler connection silent this long is pinged (``Scheduler.ping``, answered
+    ``pong`` by the driver); 0 turns framework health checks off."""
+    framework_idle_timeout: float = 300.0
+    """A scheduler connection silent this long (no pong, nothing) is closed and its
+    framework treated as disconnected: its ``failover_timeout`` applies (0 = never).
+    Counted on the master's listening clock, like ``agent_ping_timeout``."""
+    framework_call_rate: float = 1000.0
+    """Calls a second a framework may make on its own initiative (acknowledgements,
+    answers to outstanding offers and the first kill of each task are free), refilling
+    a bucket of ``framework_call_burst``; 0 = no limit (Apache Mesos' ``--rate_limits``)."""
+    framework_call_burst: int = 10000
+    """Calls a framework may make at once above ``framework_call_rate``."""
     zk: str = ""
     """``zk://HOST:PORT[,HOST:PORT]/PATH``: contend for leadership with the other
     masters there; empty = a lone master that leads from the start."""
@@ -407,6 +442,7 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
 # table and its dotted prefix ("master.connections."), they raise ConfigError.
 _TABLE_CHECKS: dict[type, Callable[[Any, str], object]] = {
     ConnectionsConfig: check_connections,
+    MasterConfig: check_framework_health,
 }
 
 

@@ -8,6 +8,11 @@ meanwhile, one that does not has the framework removed: its offers rescinded, it
 tasks killed on their agents and reported TASK_KILLED, its id refused from then on
 (a framework id comes back only with its tasks, never without them).
 
+The master also ends a scheduler's connection itself, and then treats the
+framework as disconnected in the same way, naming the reason in its log: a
+scheduler silent past ``master.framework_idle_timeout`` (:mod:`.health`), and one
+whose calls go over ``master.framework_call_rate`` (:mod:`.call_rates`).
+
 A new master may learn of a framework from an agent's report before its
 scheduler re-registers (:meth:`FrameworkLifecycle.recover`); tasks agents report
 for frameworks it does not know at all wait in :attr:`ClusterState.orphans` and
@@ -151,17 +156,27 @@ class FrameworkLifecycle:
         state.observe.mezzo_framework_removed(framework_id=fid, reason=reason)
         state.request_allocation()
 
-    def disconnected(self, record: FrameworkRecord) -> None:
+    def disconnected(self, record: FrameworkRecord, reason: str | None = None) -> None:
         """Its scheduler's link is gone: offers rescinded, and removal after its
-        ``failover_timeout`` (at once for 0) unless it comes back."""
+        ``failover_timeout`` (at once for 0) unless it comes back. ``reason``: why
+        the master closed the link itself (None: the link broke)."""
         state = self.state
         record.conn = None
         state.allocator.deactivate(record.id)
         state.rescind_offers(list(record.offers.values()), notify=False)
         timeout = record.info.failover_timeout or 0.0
-        log.info("framework disconnected", framework=record.id, failover_timeout=timeout)
+        if reason is None:
+            log.info("framework disconnected", framework=record.id, failover_timeout=timeout)
+        else:
+            log.warning(
+                "framework disconnected by the master",
+                framework=record.id,
+                name=record.info.name,
+                reason=reason,
+                failover_timeout=timeout,
+            )
         if timeout <= 0:
-            self.remove(record, "scheduler disconnected (failover_timeout 0)")
+            self.remove(record, f"{reason or 'scheduler disconnected'} (failover_timeout 0)")
         else:
             record.failover_handle = state.clock.call_later(timeout, self._failover_expired, record.id)
 

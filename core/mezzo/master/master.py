@@ -46,9 +46,10 @@ from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
+from .call_rates import CallRates
 from .framework_lifecycle import FrameworkLifecycle
 from .guarded_allocator import GuardedAllocator
-from .health import AgentHealth
+from .health import AgentHealth, FrameworkHealth
 from .leadership import LeaderGate
 from .long_tasks import ShortTaskLimit
 from .loop_watch import LoopWatch
@@ -118,8 +119,12 @@ class Master:
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.loop_watch = LoopWatch(self.clock, history=max(120.0, 4 * config.agent_ping_timeout))
-        """The master's own stalls (:mod:`.loop_watch`), which agent health never charges to agents."""
+        self.loop_watch = LoopWatch(
+            self.clock,
+            history=max(120.0, 4 * config.agent_ping_timeout, 1.5 * config.framework_idle_timeout),
+        )
+        """The master's own stalls (:mod:`.loop_watch`), which health checks and call
+        rates never charge to agents and frameworks."""
         self.term = self.new_term()
         self.gate.serve(self.term.service)
 
@@ -195,6 +200,12 @@ class Master:
             address=lambda: self.address,
             render_state=self.snapshots.request,
             metrics=self.metrics,
+            call_rates=CallRates(
+                self.clock,
+                rate=config.framework_call_rate,
+                burst=config.framework_call_burst,
+                watch=self.loop_watch,
+            ),
         )
         health = AgentHealth(
             service,
@@ -212,6 +223,13 @@ class Master:
             allocation=allocation,
             service=service,
             health=health,
+            framework_health=FrameworkHealth(
+                service,
+                self.clock,
+                self.loop_watch,
+                interval=config.framework_ping_interval,
+                timeout=config.framework_idle_timeout,
+            ),
         )
         if config.revocation_delay > 0:
             term.revocation = RevocationMonitor(
@@ -400,6 +418,9 @@ class Master:
             "tasks_running": state.tasks_running(),
             "tasks_revoked": term.tasks_revoked(),
             "agent_removals_deferred": term.agents.removal_limit.deferred,
+            "frameworks_found_silent": term.framework_health.found_silent if term.framework_health else 0,
+            "framework_calls_dropped": term.service.call_rates.dropped,
+            "framework_calls_refused": term.service.call_rates.refused,
             "loop_lag_seconds": round(self.loop_watch.lag, 4),
             "loop_max_lag_seconds": round(self.loop_watch.max_lag, 4),
             "loop_stalls": self.loop_watch.stalls,

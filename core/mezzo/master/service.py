@@ -13,7 +13,11 @@ arrives as ``service.<call>(conn, *args)``. A handler does three things, in orde
    strings and lists arrive empty), so no handler checks for None but of a
    struct. A bad call is answered ``error`` naming the call and the field, and
    changes nothing.
-3. **Then** the lifecycles of frameworks, agents and tasks change the state
+3. **How often.** A framework's calls on its own initiative are charged to its
+   call rate (:mod:`.call_rates`); over it they are dropped or refused. Calls whose
+   number the master bounds itself (acknowledgements, answers to outstanding
+   offers, the first kill of each task) are free.
+4. **Then** the lifecycles of frameworks, agents and tasks change the state
    (:mod:`.framework_lifecycle`, :mod:`.agent_lifecycle`, :mod:`.task_lifecycle`).
 
 Handlers run on the master's one event loop and must never raise on what a peer
@@ -45,6 +49,7 @@ from ..wire.ttypes import (
     TaskInfo,
     TaskStatus,
 )
+from .call_rates import CallRates, Verdict
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
 
 if TYPE_CHECKING:
@@ -73,6 +78,7 @@ class MasterService:
         address: Callable[[], str],
         render_state: Callable[[Callable[[str], None]], None],
         metrics: Callable[[], dict[str, Any]],
+        call_rates: CallRates | None = None,
     ) -> None:
         self.state = state
         self.frameworks = frameworks
@@ -83,6 +89,11 @@ class MasterService:
         self._metrics = metrics
         self.agent_links: set[Any] = set()
         """Connections that carry agents, for the health check (:mod:`.health`)."""
+        config = state.config
+        self.call_rates = call_rates or CallRates(
+            state.clock, rate=config.framework_call_rate, burst=config.framework_call_burst
+        )
+        """Each framework's calls on its own initiative (``master.framework_call_rate``)."""
 
     # -- who is calling --------------------------------------------------------------
 
@@ -98,6 +109,37 @@ class MasterService:
                 f"{call}: framework {framework_id!r} is not registered on this connection"
             )
         return record
+
+    def _within_rate(
+        self, conn: Any, record: FrameworkRecord, call: str, cost: int = 1, dropped_cost: int = 1
+    ) -> bool:
+        """Charge ``call`` to the framework's call rate: True to serve it. A call over
+        the rate is dropped, or refused: the scheduler hears ``error`` and its
+        connection is closed (see :mod:`.call_rates`)."""
+        verdict = self.call_rates.charge(record.id, call, cost, dropped_cost)
+        if verdict is Verdict.SERVE:
+            return True
+        if verdict is Verdict.REFUSE:
+            rates = self.call_rates
+            conn.remote(SCHEDULER).error(
+                f"{call}: not served: this framework is over its call rate (master.framework_call_rate "
+                f"{rates.rate:g} calls/s, master.framework_call_burst {rates.burst}); the master closes "
+                "the connection"
+            )
+            self._drop_framework_link(
+                conn,
+                record,
+                f"{call} over master.framework_call_rate ({rates.rate:g}/s, burst {rates.burst})",
+            )
+        return False
+
+    def _drop_framework_link(self, conn: Any, record: FrameworkRecord | None, reason: str) -> None:
+        """The master ends a scheduler's connection: its framework is disconnected for
+        ``reason``, as if the connection had broken."""
+        conn.tag = None
+        if record is not None and record.conn is conn:
+            self.frameworks.disconnected(record, reason)
+        conn.close()
 
     def _agent_of(self, conn: Any, call: str, agent_id: str = "") -> AgentRecord | None:
         """The agent a call on ``conn`` is from: ``agent_id`` if the call names one
@@ -165,6 +207,8 @@ class MasterService:
         state = self.state
         existing = state.frameworks.get(fid) if fid else None
         if existing is not None:
+            if existing.conn is conn and not self._within_rate(conn, existing, "register_framework"):
+                return
             old = existing.conn
             if old is not None and old is not conn:
                 old.remote(SCHEDULER).error("framework failed over to another scheduler")
@@ -192,12 +236,12 @@ class MasterService:
 
     def set_needs_offers(self, conn: Any, framework_id: str, needs_offers: bool) -> None:
         record = self._framework_of(conn, framework_id, "set_needs_offers")
-        if record is not None:
+        if record is not None and self._within_rate(conn, record, "set_needs_offers"):
             self.frameworks.set_needs_offers(record, bool(needs_offers))
 
     def set_filters(self, conn: Any, framework_id: str, filters: FrameworkFilters | None) -> None:
         record = self._framework_of(conn, framework_id, "set_filters")
-        if record is None:
+        if record is None or not self._within_rate(conn, record, "set_filters"):
             return
         agents = filters.agents if filters is not None else None
         if agents is not None and not all(isinstance(a, str) for a in agents):
@@ -213,7 +257,7 @@ class MasterService:
 
     def request_guaranteed_share(self, conn: Any, framework_id: str, request_id: int) -> None:
         record = self._framework_of(conn, framework_id, "request_guaranteed_share")
-        if record is not None:
+        if record is not None and self._within_rate(conn, record, "request_guaranteed_share"):
             conn.remote(SCHEDULER).guaranteed_share(
                 request_id, self.state.allocator.guaranteed_share(framework_id)
             )
@@ -229,7 +273,10 @@ class MasterService:
         filters: Filters | None,
     ) -> None:
         record = self._framework_of(conn, framework_id, "launch_tasks")
-        if record is not None:
+        if record is None:
+            return
+        # On stale offers, every task is answered TASK_DROPPED: a token each.
+        if _answers_offers(record, offer_ids) or self._within_rate(conn, record, "launch_tasks", len(tasks)):
             self.tasks.launch(record, offer_ids, tasks, filters)
 
     def decline_offer(
@@ -238,6 +285,10 @@ class MasterService:
         record = self._framework_of(conn, framework_id, "decline_offer")
         if record is None:
             return
+        if not _answers_offers(record, offer_ids):
+            n = len(offer_ids)  # each unknown id is looked up and logged
+            if not self._within_rate(conn, record, "decline_offer", n, n):
+                return
         state = self.state
         refuse = state.refuse_seconds(filters)
         for oid in offer_ids:
@@ -250,7 +301,11 @@ class MasterService:
 
     def kill_task(self, conn: Any, framework_id: str, task_id: str) -> None:
         record = self._framework_of(conn, framework_id, "kill_task")
-        if record is not None:
+        if record is None:
+            return
+        task = record.tasks.get(task_id)
+        first = task is not None and not task.kill_requested  # later kills of it are retries
+        if first or self._within_rate(conn, record, "kill_task"):
             self.tasks.kill(record, task_id)
 
     def acknowledge_status_update(
@@ -262,14 +317,18 @@ class MasterService:
 
     def reconcile_tasks(self, conn: Any, framework_id: str, statuses: list[TaskStatus]) -> None:
         record = self._framework_of(conn, framework_id, "reconcile_tasks")
-        if record is not None:
+        if record is None:
+            return
+        # A token per task the master answers; dropped, it cost the reading of the list.
+        cost = len(statuses or record.tasks)
+        if self._within_rate(conn, record, "reconcile_tasks", cost, len(statuses)):
             self.tasks.reconcile(record, statuses)
 
     def framework_to_executor(
         self, conn: Any, framework_id: str, agent_id: str, executor_id: str, data: bytes
     ) -> None:
         record = self._framework_of(conn, framework_id, "framework_to_executor")
-        if record is not None:
+        if record is not None and self._within_rate(conn, record, "framework_to_executor"):
             self.tasks.framework_to_executor(record, agent_id, executor_id, data)
 
     # -- agents -----------------------------------------------------------------------
@@ -375,8 +434,8 @@ class MasterService:
         agent.statistics = stats
 
     def pong(self, conn: Any) -> None:
-        """An agent answered a ping. Nothing to do: any message counts as a sign of
-        life (``conn.last_received``), see :mod:`.health`."""
+        """An agent or a scheduler answered a ping. Nothing to do: any message counts
+        as a sign of life (``conn.last_received``), see :mod:`.health`."""
 
     def agent_link_silent(self, conn: Any, silent: float) -> None:
         """Nothing came from ``conn`` for ``silent`` seconds of the master's listening
@@ -396,6 +455,28 @@ class MasterService:
             conn.tag = None
             self.agent_links.discard(conn)
             conn.close()
+
+    def framework_links(self) -> list[Any]:
+        """Connections of connected frameworks, for the health check (:mod:`.health`).
+        One the master has stopped reading (its peer does not read what it is sent,
+        ``write_paused``) is left out: its silence is the master's doing, and the
+        connection limits deal with a peer that takes nothing (``write_stall_timeout``)."""
+        return [
+            r.conn
+            for r in self.state.frameworks.values()
+            if r.conn is not None and not getattr(r.conn, "write_paused", False)
+        ]
+
+    def framework_link_silent(self, conn: Any, silent: float) -> None:
+        """Nothing came from a scheduler's ``conn`` for ``silent`` seconds of the
+        master's listening time, not even an answer to pings: the framework is
+        disconnected (its ``failover_timeout`` applies) and the connection closed. The
+        scheduler is not sent ``error``: should it only have been stuck, its driver
+        redials and re-registers like after any broken connection."""
+        tag = conn.tag
+        record = self.state.frameworks.get(tag.framework_id) if isinstance(tag, FrameworkTag) else None
+        reason = f"no answer to pings for {silent:.1f} s (master.framework_idle_timeout)"
+        self._drop_framework_link(conn, record, reason)
 
     # -- connections -------------------------------------------------------------------
 
@@ -423,6 +504,14 @@ class MasterService:
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
+
+
+def _answers_offers(record: FrameworkRecord, offer_ids: list[str]) -> bool:
+    """True if every one of ``offer_ids`` is outstanding to the framework: the call
+    answers offers the master made (each is answered once, so such calls are as many
+    as the offers), and costs nothing of its call rate."""
+    offers = record.offers
+    return bool(offer_ids) and all(oid in offers for oid in offer_ids)
 
 
 def _no_constant(name: str) -> object:

@@ -4,7 +4,7 @@ A master rebuilds its soft state from re-registrations each time it becomes the
 leader (paper §3.6), and must forget it entirely when it steps down: a deposed
 leader that went on acting on its old state would be a split brain. So each term
 gets a :class:`Term` of its own (state, lifecycles, allocation cycles, recovery,
-revocation, agent health, the RPC service), and :meth:`Term.close` ends all of it
+revocation, agent and framework health, the RPC service), and :meth:`Term.close` ends all of it
 at once: no timer of an old term fires into a new one.
 
 A standby master holds an idle term too, so tools can ask it for its (empty)
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation
 from .framework_lifecycle import FrameworkLifecycle
-from .health import AgentHealth
+from .health import AgentHealth, FrameworkHealth
 from .long_tasks import ShortTaskLimit
 from .recovery import Recovery
 from .revocation_monitor import RevocationMonitor
@@ -39,6 +39,8 @@ class Term:
     allocation: Allocation
     service: MasterService
     health: AgentHealth
+    framework_health: FrameworkHealth | None = None
+    """Pings quiet schedulers and disconnects silent ones, while leading."""
     revocation: RevocationMonitor | None = None
     """Watches for starved frameworks while leading, if ``master.revocation_delay`` > 0."""
     short_tasks: ShortTaskLimit | None = None
@@ -51,6 +53,8 @@ class Term:
         self.leading = True
         clock = self.state.clock
         self.health.start()
+        if self.framework_health is not None:
+            self.framework_health.start()
         if self.revocation is not None:
             self.revocation.start(clock)
         if self.short_tasks is not None:
@@ -63,6 +67,8 @@ class Term:
         self.closed = True
         self.allocation.cancel()
         self.health.stop()
+        if self.framework_health is not None:
+            self.framework_health.stop()
         if self.revocation is not None:
             self.revocation.stop()
         if self.short_tasks is not None:
