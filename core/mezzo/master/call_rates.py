@@ -12,15 +12,14 @@ Usage (the master service does this for every charged call of a framework)::
         ...                       # tell the scheduler, disconnect the framework
 
 Each framework has a bucket of ``burst`` tokens (``master.framework_call_burst``)
-that refills at ``rate`` tokens a second (``master.framework_call_rate``); a call
+that refills at ``rate`` tokens a second (``master.framework_call_rate``). A call
 takes one token, or one per message it makes the master send or per item it names
 where that is what costs (a reconciliation one per task answered, a launch on stale
 offers one per task, a decline of unknown offers one per offer id), never more than
-a full bucket holds. A bucket admits exactly
-the traffic Mesos' qps and capacity admit (``burst`` calls ahead of the rate), but
-the calls are served at once instead of queued: a queue holds decoded calls in the
-master's memory, where no connection bound sees them, and that memory is what the
-bound is for.
+the bucket can give it. A bucket admits exactly the traffic Mesos' qps and capacity
+admit (``burst`` calls ahead of the rate), but the calls are served at once instead
+of queued: a queue holds decoded calls in the master's memory, where no connection
+bound sees them, and that memory is what the bound is for.
 
 **What is charged.** Only what a framework asks on its own initiative. The service
 charges nothing whose number the master already bounds: acknowledgements (one per
