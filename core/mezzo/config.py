@@ -240,6 +240,12 @@ class MasterConfig:
     revocation_policy: RevocationPolicyConfig = field(default_factory=RevocationPolicyConfig)
 
 
+DEFAULT_MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
+"""``agent.max_journal_bytes`` unless configured: 1 GiB."""
+MIN_MAX_JOURNAL_BYTES = 64 * 1024
+"""The smallest ``agent.max_journal_bytes`` accepted."""
+
+
 @dataclass
 class AgentConfig:
     master: str = "127.0.0.1:5050"
@@ -270,6 +276,11 @@ class AgentConfig:
     checkpoint: bool = True
     """Journal what the agent runs under ``<work_dir>/meta/`` so that an agent that
     restarts after a crash takes its tasks and executors back under the same id."""
+    max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES
+    """The most the checkpoint journal may take on disk. It is compacted (rewritten with
+    only what is live) as it grows, so it holds the live state and at most as much
+    history; a task whose records would take the live state past half of this is
+    refused (TASK_DROPPED, reason ``journal_full``). At least 64 KiB."""
     max_frame_bytes: int = 16 * 1024 * 1024
     connections: ConnectionsConfig = field(default_factory=ConnectionsConfig)
     """Bounds on the connections of the agent's port (executors, tools)."""
@@ -430,12 +441,20 @@ def check_fraction(value: float, key: str) -> float:
     return value
 
 
+def check_journal_bytes(value: int, key: str) -> int:
+    """``agent.max_journal_bytes``: room for a journal. Raises :class:`ConfigError` naming ``key``."""
+    if value < MIN_MAX_JOURNAL_BYTES:
+        raise ConfigError(key, f"expected at least {MIN_MAX_JOURNAL_BYTES} bytes (64 KiB), got {value!r}")
+    return value
+
+
 # Checks of single values beyond their type: called with the coerced value and its
 # dotted key, they raise ConfigError; what they return is not used.
 _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.min_offer": parse_min_offer,
     "master.long_task_fraction": check_fraction,
     "master.agent_removal_fraction": check_fraction,
+    "agent.max_journal_bytes": check_journal_bytes,
 }
 
 # Checks of a whole table once built, for keys that bound each other: called with the

@@ -40,6 +40,9 @@ What it does, by the message flows of ``docs/protocol.md``:
   its uuid; then re-registers under the same agent id with all of it. A journal
   from before a reboot is discarded. A clean :meth:`Agent.stop` kills every
   container and removes the journal: only a crash leaves something to recover.
+  The journal is compacted as it grows, so it stays proportional to what the agent
+  runs now, and is bounded by ``agent.max_journal_bytes``: a task that would take
+  its live state past half of that is refused (TASK_DROPPED, reason ``journal_full``).
 
 Error handling: a call that makes no sense (unknown task, duplicate task id, a
 master-only call from an executor's connection, ...) is logged with who it is
@@ -93,6 +96,9 @@ from .status_updates import StatusUpdateManager, StreamKey
 log = structlog.get_logger("mezzo.agent", component="agent")
 
 DEFAULT_AGENT_PORT = 5051
+JOURNAL_FULL = "journal_full"
+"""``TaskStatus.reason`` of a task refused because the checkpoint journal's live state
+would pass half of ``agent.max_journal_bytes`` (see :meth:`Checkpoint.room_for`)."""
 STOP_TIMEOUT = 10.0
 """Seconds stop() waits for killed containers to be reaped and cleaned up."""
 
@@ -159,7 +165,9 @@ class Agent:
         self.kill_reasons: dict[StreamKey, tuple[str, str]] = {}
         """(reason, message) of the master's own kills (revocation) per task, stamped on
         the task's TASK_KILLING and TASK_KILLED updates until its terminal one."""
-        self.checkpoint = Checkpoint(config.work_dir, enabled=config.checkpoint)
+        self.checkpoint = Checkpoint(
+            config.work_dir, enabled=config.checkpoint, max_bytes=config.max_journal_bytes
+        )
         self.updates = StatusUpdateManager(
             send=self._send_status,
             agent_id=lambda: self.agent_id,
@@ -631,6 +639,24 @@ class Agent:
         if problem is not None:
             self._reject(fid, tid, TaskState.TASK_ERROR, "invalid_task", problem)
             return
+        run = None
+        if task.executor is not None and fw is not None:
+            run = fw.executors.get(task.executor.executor_id)
+            if run is not None and not run.alive:
+                self._reject(
+                    fid,
+                    tid,
+                    TaskState.TASK_DROPPED,
+                    "executor_terminating",
+                    f"executor {task.executor.executor_id!r} is shutting down",
+                )
+                return
+        # Bounded by agent.max_journal_bytes: refused rather than growing the journal
+        # without bound (a new executor's info counts too).
+        no_room = self.checkpoint.room_for(framework, task, task.executor if run is None else None)
+        if no_room is not None:
+            self._reject(fid, tid, TaskState.TASK_DROPPED, JOURNAL_FULL, no_room)
+            return
         if fw is None:
             fw = self.frameworks[fid] = FrameworkState(framework)
         fw.info = framework
@@ -652,15 +678,6 @@ class Agent:
         else:
             eid = task.executor.executor_id
             run = fw.executors.get(eid)
-            if run is not None and not run.alive:
-                self._reject(
-                    fid,
-                    tid,
-                    TaskState.TASK_DROPPED,
-                    "executor_terminating",
-                    f"executor {eid!r} is shutting down",
-                )
-                return
             if run is None:
                 run = fw.executors[eid] = ExecutorRun(self, framework, task.executor)
                 if self.checkpoint.enabled:

@@ -58,6 +58,7 @@ import structlog
 from .. import is_terminal, state_name
 from ..backoff import Backoff
 from ..wire.ttypes import TaskStatus
+from .checkpoint.replay import SEEN_KEPT
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
@@ -79,6 +80,11 @@ class StatusUpdateStream:
         self._backoff = Backoff(first, max(MAX_RETRY_INTERVAL, first))
         self._pending: deque[TaskStatus] = deque()
         self._uuids: set[str] = set()
+        """Uuids of the most recent updates (at most :data:`SEEN_KEPT`, see there)..."""
+        self._order: deque[str] = deque()
+        """... oldest first ..."""
+        self._pending_uuids: set[str] = set()
+        """... and of every unacknowledged one, however many."""
         self._timer: asyncio.TimerHandle | None = None
         self.terminal_queued = False
         self.ended = False
@@ -90,7 +96,14 @@ class StatusUpdateStream:
         return self._pending[0] if self._pending else None
 
     def has_seen(self, uuid: str) -> bool:
-        return uuid in self._uuids
+        return uuid in self._uuids or uuid in self._pending_uuids
+
+    def _saw(self, uuid: str) -> None:
+        if uuid not in self._uuids:
+            self._uuids.add(uuid)
+            self._order.append(uuid)
+            if len(self._order) > SEEN_KEPT:
+                self._uuids.discard(self._order.popleft())
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -99,7 +112,7 @@ class StatusUpdateStream:
         """Queue ``status`` (already stamped with a uuid); False if dropped.
 
         ``record`` is called with it once it is accepted, before it is sent."""
-        if status.uuid in self._uuids:
+        if self.has_seen(status.uuid):
             return False  # an executor retrying an update we already hold
         if self.terminal_queued:
             log.info(
@@ -111,7 +124,8 @@ class StatusUpdateStream:
             return False
         if record is not None:
             record(status)
-        self._uuids.add(status.uuid)
+        self._saw(status.uuid)
+        self._pending_uuids.add(status.uuid)
         self._pending.append(status)
         self.latest = status
         if is_terminal(status.state):
@@ -125,12 +139,13 @@ class StatusUpdateStream:
         head = self.in_flight
         if head is None or head.uuid != uuid:
             return False
-        self._pending.popleft()
+        self._pending_uuids.discard(self._pending.popleft().uuid)
         self._cancel_timer()
         self._backoff.reset()
         if is_terminal(head.state):
             self.ended = True
             self._pending.clear()
+            self._pending_uuids.clear()
         elif self._pending:
             self._transmit()
         return True
@@ -145,8 +160,11 @@ class StatusUpdateStream:
     def restore(self, pending: list[TaskStatus], seen: set[str], latest: TaskStatus | None) -> None:
         """Take back what a checkpoint recorded: ``pending`` (unacknowledged, oldest
         first) goes out again, in order, as if never sent."""
-        self._uuids.update(seen)
-        self._uuids.update(s.uuid for s in pending)
+        for uuid in seen:
+            self._saw(uuid)
+        for status in pending:
+            self._saw(status.uuid)
+            self._pending_uuids.add(status.uuid)
         self._pending.extend(pending)
         self.latest = latest if latest is not None else (pending[-1] if pending else None)
         self.terminal_queued = self.latest is not None and is_terminal(self.latest.state)
@@ -156,6 +174,7 @@ class StatusUpdateStream:
     def close(self) -> None:
         self._cancel_timer()
         self._pending.clear()
+        self._pending_uuids.clear()
 
     def _transmit(self) -> None:
         self._send(self._pending[0])

@@ -20,9 +20,25 @@ the same reason: appending cost 2 µs (15 µs on a busy machine), while replacin
 atomically (temporary file + ``os.replace``) cost ~220 µs on the ext4 disk this was measured
 on, which flushes the data of a file renamed over another. Acknowledgements and pids, which
 nothing is done on the strength of, are held back to share the next write (at the latest at
-the end of the event loop's turn); a short command task then costs four writes. The journal
-is compacted (rewritten with only what is live, through a temporary file and ``os.replace``)
-when it has grown well past that.
+the end of the event loop's turn); a short command task then costs four writes.
+
+Size: every task adds records as it runs (a short command task: its ``task`` and ``pid``
+records, three updates and three acknowledgements, about 1.3 KB), so the journal grows with
+the agent's history until it is compacted: rewritten with only what is live (through a
+temporary file and ``os.replace``), which takes time proportional to the live state. That
+happens once it holds as much history as live state (at least :data:`COMPACT_MIN_BYTES`,
+or a quarter of ``max_bytes`` if that is less; or :data:`COMPACT_MIN_RECORDS` records), so
+the file stays within twice its live state (or that floor) and compaction costs O(1) per
+record written. ``max_bytes`` (``agent.max_journal_bytes``) bounds the file: the live state
+may take half of it, the other half being the room between compactions, and
+:meth:`Checkpoint.room_for` tells the agent to refuse a task whose records would take the
+live state past that half. What is live is tracked as records come
+(:attr:`Checkpoint.live_bytes`, what a compaction would write now: each framework, executor
+and task changed since the last check is sized again, without encoding its ``TaskInfo``
+again), so the check costs O(1) a record. Only updates (which the agent cannot refuse: a running task's updates must reach its
+framework) can take the live state past the half, while the master does not acknowledge
+them; the journal is then compacted when it reaches ``max_bytes`` (or a quarter more than
+its live state, whichever is more), and an error says so.
 
 Error handling: nothing here raises into the agent (but :meth:`Checkpoint.lock`, when
 another agent holds the work dir). An unreadable journal, or a damaged record in it, is
@@ -42,9 +58,10 @@ from typing import Any
 
 import structlog
 
+from ...config import DEFAULT_MAX_JOURNAL_BYTES, MIN_MAX_JOURNAL_BYTES
 from ...wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskStatus
-from .records import decode_all, encode
-from .replay import CheckpointState, replay
+from .records import decode_all, encode, header_size, payload_size
+from .replay import CheckpointState, Entity, entity_of, replay
 
 log = structlog.get_logger("mezzo.agent", component="checkpoint")
 
@@ -53,10 +70,19 @@ JOURNAL = "journal"
 LOCK = "lock"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
+DEFAULT_MAX_BYTES = DEFAULT_MAX_JOURNAL_BYTES
+"""``agent.max_journal_bytes`` unless configured: 1 GiB."""
+MIN_MAX_BYTES = MIN_MAX_JOURNAL_BYTES
+"""The smallest ``agent.max_journal_bytes`` accepted (a smaller value counts as this)."""
 COMPACT_MIN_RECORDS = 20_000
-"""A journal is not compacted before it has this many records (and twice as many as live)."""
+"""A journal is compacted once it has this many records since the last compaction
+(and twice as many as it then held) ..."""
 COMPACT_MIN_BYTES = 64 * 1024 * 1024
-"""... or this many bytes beyond its size after the last compaction (and as many again)."""
+"""... or once what it holds beyond its live state reaches as much as the live state and
+at least this many bytes (at most a quarter of ``max_bytes``)."""
+TASK_ALLOWANCE = 1024
+"""Bytes a new task is counted for beyond its ``TaskInfo`` (and a new executor's and
+framework's info): its record's header and its first status updates."""
 RETRY_WRITE_INTERVAL = 1.0
 """Seconds between attempts to rewrite the journal after a failed write."""
 
@@ -77,16 +103,35 @@ class WorkDirBusy(Exception):
 class Checkpoint:
     """The agent's journal. See the package and module docstrings."""
 
-    def __init__(self, work_dir: str, *, enabled: bool = True) -> None:
+    def __init__(self, work_dir: str, *, enabled: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.enabled = enabled
         self.dir = os.path.join(work_dir, META_DIR)
         self.path = os.path.join(self.dir, JOURNAL)
+        self.max_bytes = max(int(max_bytes), MIN_MAX_BYTES)
+        """The most the journal file may take (``agent.max_journal_bytes``)."""
         self.state = CheckpointState()
         self._fd: int | None = None
         self._records = 0
+        """Records written since the last compaction."""
         self._bytes = 0
+        """Bytes written since the last compaction."""
         self._base_bytes = 0
+        """The journal's size right after the last compaction."""
         self._live = 0
+        """Records written by the last compaction."""
+        self._compact_at = 0
+        """The journal size at which it is compacted (see :meth:`_next_compaction`)."""
+        self._sizes: dict[Entity, int] = {}
+        """What each framework, executor and task takes in a compacted journal."""
+        self._blobs: dict[Entity, list[tuple[Any, int]]] = {}
+        """The payloads last counted in ``_sizes``, with their sizes (not encoded again)."""
+        self._live_bytes = 0
+        self._dirty: set[Entity] = set()
+        """Entities changed since they were last counted in ``_sizes``: counted when the
+        live size is asked for, once however many records changed them."""
+        self._over = False
+        """The live state went over half of ``max_bytes`` (logged) and is not back under
+        three quarters of that yet (logged too: no log line for each small change)."""
         self._failed_at: float | None = None
         self._write_errors = 0
         self._lock_fd: int | None = None
@@ -209,6 +254,7 @@ class Checkpoint:
         """Rewrite the journal with only what is live (temporary file + ``os.replace``)."""
         if not self.enabled:
             return True
+        self._recount()
         records = self.state.records()
         data = b"".join(encode(kind, h, blob) for kind, h, blob in records)
         tmp = self.path + ".new"
@@ -232,10 +278,115 @@ class Checkpoint:
         self._bytes = 0
         self._base_bytes = len(data)
         self._live = len(records)
+        self._compact_at = self._next_compaction()
         if self._failed_at is not None:
             log.info("checkpoint journal writable again", path=self.path)
         self._failed_at = None
         return True
+
+    def _next_compaction(self) -> int:
+        """The size at which the journal just compacted to ``_base_bytes`` is compacted
+        again: once it holds as much history as live state (at least the floor), and
+        at ``max_bytes`` at the latest, unless the live state alone is that close to it
+        (then a quarter more than the live state, so compaction stays O(1) a record)."""
+        base = self._base_bytes
+        floor = min(COMPACT_MIN_BYTES, self.max_bytes // 4)
+        return min(base + max(base, floor), max(self.max_bytes, base + max(base // 4, floor // 4)))
+
+    # -- what is live ---------------------------------------------------------------
+
+    @property
+    def live_bytes(self) -> int:
+        """What a compaction would write now (frameworks, executors and tasks held; an
+        estimate within a few bytes a task)."""
+        self._settle()
+        return self._live_bytes
+
+    def room_for(
+        self, framework: FrameworkInfo, task: TaskInfo, executor: ExecutorInfo | None = None
+    ) -> str | None:
+        """None if the live state has room for ``task`` (of ``framework``, starting
+        ``executor`` if not None), else why not, naming ``agent.max_journal_bytes``."""
+        if not self.enabled:
+            return None
+        need = TASK_ALLOWANCE + payload_size(task)
+        if executor is not None:
+            need += payload_size(executor)
+        if framework.framework_id not in self.state.frameworks:
+            need += payload_size(framework)
+        live = self.live_bytes
+        if live + need <= self.max_bytes // 2:
+            return None
+        return (
+            f"the agent's checkpoint journal has no room for this task: its live state "
+            f"({live} bytes) and this task's ({need} bytes) would pass half of "
+            f"agent.max_journal_bytes ({self.max_bytes}), the other half being room for what "
+            "happens between compactions"
+        )
+
+    def _settle(self) -> None:
+        """Count the entities changed since they were last counted."""
+        if self._dirty:
+            dirty, self._dirty = self._dirty, set()
+            for entity in dirty:
+                self._resize(entity)
+        self._check_budget()
+
+    def _recount(self) -> None:
+        """Count every framework, executor and task afresh (the state was replaced)."""
+        self._sizes.clear()
+        self._dirty.clear()
+        self._live_bytes = 0
+        blobs, self._blobs = self._blobs, {}
+        for entity in self.state.entities():
+            self._resize(entity, blobs.get(entity))
+        self._check_budget()
+
+    def _resize(self, entity: Entity, blobs: list[tuple[Any, int]] | None = None) -> None:
+        """Count again what ``entity`` takes (records about it were applied)."""
+        known = self._blobs.pop(entity, None) if blobs is None else blobs
+        counted: list[tuple[Any, int]] = []
+        size = 0
+        for kind, header, blob in self.state.records_of(entity, uuids=False):
+            size += header_size(kind, header)
+            if kind == "task":
+                # Its uuids are counted, not encoded (`,"u":["a","b"]`): a chatty task
+                # has up to SEEN_KEPT of them.
+                entry = self.state.tasks[(entity[1], entity[2])]
+                n = len(entry.seen_order)
+                size += entry.seen_chars + 3 * n + 6 if n else 7
+            if blob is not None:
+                blob_size = next((n for b, n in known or () if b is blob), None)
+                if blob_size is None:
+                    blob_size = payload_size(blob)
+                counted.append((blob, blob_size))
+                size += blob_size
+        old = self._sizes.pop(entity, 0)
+        if size:
+            self._sizes[entity] = size
+            self._blobs[entity] = counted
+        self._live_bytes += size - old
+
+    def _check_budget(self) -> None:
+        """Log when the live state goes over half of ``max_bytes``, and when it is back."""
+        budget = self.max_bytes // 2
+        crossed = self._live_bytes < budget * 3 // 4 if self._over else self._live_bytes > budget
+        if crossed:
+            self._over = not self._over
+            if self._over:
+                log.error(
+                    "the checkpoint journal's live state is over half of agent.max_journal_bytes: "
+                    "new tasks are refused until it shrinks",
+                    path=self.path,
+                    live_bytes=self._live_bytes,
+                    max_journal_bytes=self.max_bytes,
+                )
+            else:
+                log.info(
+                    "the checkpoint journal's live state is well under half of agent.max_journal_bytes again",
+                    path=self.path,
+                    live_bytes=self._live_bytes,
+                )
 
     def clear(self) -> None:
         """Forget everything (clean stop: every container was killed). Only a journal
@@ -243,6 +394,7 @@ class Checkpoint:
         self._held.clear()
         self.close()
         self.state = CheckpointState()
+        self._recount()
         if self.enabled and self._began:
             for path in (self.path, self.path + ".new"):
                 try:
@@ -286,6 +438,9 @@ class Checkpoint:
                 error=f"{type(exc).__name__}: {exc}",
             )
             return
+        entity = entity_of(kind, header)
+        if entity is not None:
+            self._dirty.add(entity)  # counted when asked (live_bytes, room_for)
         if self._fd is None:
             if self._failed_at is not None and time.monotonic() - self._failed_at >= RETRY_WRITE_INTERVAL:
                 self.compact()
@@ -318,12 +473,8 @@ class Checkpoint:
         before = self._records
         self._records += records
         self._bytes += len(data)
-        if self._records >> 10 != before >> 10 or self._bytes > COMPACT_MIN_BYTES:
-            self._maybe_compact()
-
-    def _maybe_compact(self) -> None:
-        if self._records >= max(COMPACT_MIN_RECORDS, 2 * self._live) or self._bytes >= max(
-            COMPACT_MIN_BYTES, self._base_bytes
+        if self._base_bytes + self._bytes >= self._compact_at or (
+            self._records >> 10 != before >> 10 and self._records >= max(COMPACT_MIN_RECORDS, 2 * self._live)
         ):
             self.compact()
 

@@ -62,18 +62,31 @@ Problem = tuple[str, bool]
 def encode(kind: str, header: dict[str, Any], blob: Any = None) -> bytes:
     """One record's bytes."""
     hb = _JSON.encode({**header, "k": kind}).encode()
-    if blob is None:
-        pb = b""
-    elif fastbinary is not None:
-        pb = fastbinary.encode_binary(blob, [type(blob), blob.thrift_spec])
-    else:  # pragma: no cover
-        from thrift.TSerialization import serialize
-
-        pb = serialize(blob)
+    pb = _payload(blob)
     lengths = _LENGTHS.pack(len(hb), len(pb))
     return b"".join(
         (PREFIX.pack(MAGIC, len(hb), len(pb), zlib.crc32(hb, zlib.crc32(lengths)), zlib.crc32(pb)), hb, pb)
     )
+
+
+def _payload(blob: Any) -> bytes:
+    if blob is None:
+        return b""
+    if fastbinary is not None:
+        return fastbinary.encode_binary(blob, [type(blob), blob.thrift_spec])
+    from thrift.TSerialization import serialize  # pragma: no cover
+
+    return serialize(blob)  # pragma: no cover
+
+
+def header_size(kind: str, header: dict[str, Any]) -> int:
+    """Bytes of a record's fixed prefix and header: its size, less its payload's."""
+    return PREFIX.size + len(_JSON.encode({**header, "k": kind}).encode())
+
+
+def payload_size(blob: Any) -> int:
+    """Bytes of a record's payload (its Thrift struct)."""
+    return len(_payload(blob))
 
 
 @dataclass

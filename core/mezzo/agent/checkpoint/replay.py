@@ -30,6 +30,7 @@ is ignored. Each becomes a problem, never an exception.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,12 @@ TASK = "task"
 """``pid`` records: the container of a command task."""
 EXECUTOR = "executor"
 """``pid`` records: the container of a custom executor."""
+SEEN_KEPT = 1024
+"""Uuids of a task's updates kept to recognise an executor's retries: the most recent
+ones (besides the unacknowledged updates, always recognised). An executor retries only
+what the agent has not acknowledged to it yet, the last few; keeping every uuid a task
+ever had would make a long-lived, chatty task's entry grow with its history (35 bytes
+an update, in the journal and in memory)."""
 
 
 @dataclass
@@ -72,9 +79,25 @@ class TaskEntry:
     """Unacknowledged updates, oldest (the one in flight) first."""
     latest: TaskStatus | None = None
     seen: set[str] = field(default_factory=set)
-    """Uuids of every update the task had."""
+    """Uuids of the task's most recent updates (at most :data:`SEEN_KEPT`)."""
     damaged: str | None = None
     """Why this entry cannot be trusted (a damaged record named it), else None."""
+    seen_order: deque[str] = field(default_factory=deque, repr=False, compare=False)
+    """``seen`` oldest first (what goes when it is full)."""
+    seen_chars: int = field(default=0, repr=False, compare=False)
+    """Characters of the uuids in ``seen_order`` (to size the journal without encoding them)."""
+
+    def saw(self, uuid: str) -> None:
+        """Remember ``uuid``, forgetting the oldest beyond :data:`SEEN_KEPT`."""
+        if uuid in self.seen:
+            return
+        self.seen.add(uuid)
+        self.seen_order.append(uuid)
+        self.seen_chars += len(uuid)
+        if len(self.seen_order) > SEEN_KEPT:
+            oldest = self.seen_order.popleft()
+            self.seen.discard(oldest)
+            self.seen_chars -= len(oldest)
 
 
 @dataclass
@@ -114,7 +137,7 @@ class CheckpointState:
             entry.updates.append(blob)
             entry.latest = blob
             if blob.uuid:
-                entry.seen.add(blob.uuid)
+                entry.saw(blob.uuid)
         elif kind == "ack":
             entry = self.tasks[(h["f"], h["t"])]
             if entry.updates and entry.updates[0].uuid == h["u"] and is_terminal(entry.updates.pop(0).state):
@@ -148,14 +171,15 @@ class CheckpointState:
             entry.launched = bool(h.get("l", False))
             if h.get("c"):
                 entry.container = ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0)))
-            entry.seen.update(h.get("u", ()))
+            for uuid in h.get("u", ()):
+                entry.saw(uuid)
         elif kind == "launched":
             self.tasks[(h["f"], h["t"])].launched = True
         elif kind == "latest":
             entry = self._task(h["f"], h["t"])
             entry.latest = blob
             if blob.uuid:
-                entry.seen.add(blob.uuid)
+                entry.saw(blob.uuid)
         elif kind == "executor":
             self.executors[(h["f"], h["e"])] = ExecutorEntry(
                 h["f"],
@@ -214,53 +238,93 @@ class CheckpointState:
             entry = self.tasks[(fid, tid)] = TaskEntry(fid, tid)
         return entry
 
-    def records(self) -> list[tuple[str, dict[str, Any], Any]]:
+    def records(self) -> list[Record]:
         """Records that rebuild this state from nothing (what compaction writes)."""
-        out: list[tuple[str, dict[str, Any], Any]] = [
-            ("boot", {"b": self.boot_id, "a": self.agent_id, "p": self.port}, None)
-        ]
-        for fid, info in self.frameworks.items():
-            out.append(("framework", {"f": fid}, info))
-        for fid in self.shutting_down:
-            out.append(("shutdown", {"f": fid}, None))
-        for (fid, eid), ex in self.executors.items():
-            if ex.info is None:
-                continue  # damaged: recovery has dealt with it
-            c = ex.container
-            out.append(
-                (
-                    "executor",
-                    {
-                        "f": fid,
-                        "e": eid,
-                        "c": c.container_id,
-                        "s": c.sandbox,
-                        "pid": c.pid,
-                        "st": c.start_time,
-                    },
-                    ex.info,
-                )
-            )
-        for (fid, tid), t in self.tasks.items():
-            if t.damaged:
-                continue
-            if t.info is not None:
-                h: dict[str, Any] = {
-                    "f": fid,
-                    "t": tid,
-                    "e": t.executor_id,
-                    "l": t.launched,
-                    "u": sorted(t.seen),
-                }
-                if t.container is not None:
-                    c = t.container
-                    h.update(c=c.container_id, s=c.sandbox, pid=c.pid, st=c.start_time)
-                out.append(("task", h, t.info))
-            if t.latest is not None and not t.updates:
-                out.append(("latest", {"f": fid, "t": tid}, t.latest))  # acknowledged already
-            for status in t.updates:
-                out.append(("update", {"f": fid, "t": tid}, status))
+        out: list[Record] = [("boot", {"b": self.boot_id, "a": self.agent_id, "p": self.port}, None)]
+        for key in self.entities():
+            out.extend(self.records_of(key))
         return out
+
+    def entities(self) -> list[Entity]:
+        """Every framework, executor and task held, as :func:`entity_of` names them."""
+        out: list[Entity] = [("f", fid) for fid in self.frameworks]
+        out += [("f", fid) for fid in self.shutting_down if fid not in self.frameworks]
+        out += [("e", fid, eid) for fid, eid in self.executors]
+        out += [("t", fid, tid) for fid, tid in self.tasks]
+        return out
+
+    def records_of(self, entity: Entity, *, uuids: bool = True) -> list[Record]:
+        """The records that rebuild one framework, executor or task (none once it is gone);
+        without the uuids of a task's updates unless ``uuids``."""
+        if entity[0] == "f":
+            fid = entity[1]
+            out: list[Record] = []
+            info = self.frameworks.get(fid)
+            if info is not None:
+                out.append(("framework", {"f": fid}, info))
+            if fid in self.shutting_down:
+                out.append(("shutdown", {"f": fid}, None))
+            return out
+        if entity[0] == "e":
+            fid, eid = entity[1], entity[2]
+            ex = self.executors.get((fid, eid))
+            if ex is None or ex.info is None:
+                return []  # gone, or damaged: recovery has dealt with it
+            c = ex.container
+            header = {
+                "f": fid,
+                "e": eid,
+                "c": c.container_id,
+                "s": c.sandbox,
+                "pid": c.pid,
+                "st": c.start_time,
+            }
+            return [("executor", header, ex.info)]
+        fid, tid = entity[1], entity[2]
+        t = self.tasks.get((fid, tid))
+        if t is None or t.damaged:
+            return []
+        out = []
+        if t.info is not None:
+            out.append(("task", task_header(t, uuids=uuids), t.info))
+        if t.latest is not None and not t.updates:
+            out.append(("latest", {"f": fid, "t": tid}, t.latest))  # acknowledged already
+        for status in t.updates:
+            out.append(("update", {"f": fid, "t": tid}, status))
+        return out
+
+
+Record = tuple[str, dict[str, Any], Any]
+"""A record to write: kind, header, Thrift struct (or None)."""
+Entity = tuple[str, ...]
+"""What records are about: ``("f", framework_id)``, ``("e", framework_id, executor_id)``
+or ``("t", framework_id, task_id)``."""
+
+
+def entity_of(kind: str, h: dict[str, Any]) -> Entity | None:
+    """The framework, executor or task a record of ``kind`` changes (None: the agent's own)."""
+    fid = h.get("f")
+    if kind in ("boot", "agent") or not isinstance(fid, str):
+        return None
+    if kind in ("framework", "framework_gone", "shutdown"):
+        return ("f", fid)
+    if kind in ("executor", "executor_gone"):
+        return ("e", fid, str(h.get("e")))
+    if kind == "pid":
+        return ("t" if h.get("x") == TASK else "e", fid, str(h.get("i")))
+    return ("t", fid, str(h.get("t")))
+
+
+def task_header(t: TaskEntry, *, uuids: bool = True) -> dict[str, Any]:
+    """The header of a task's ``task`` record (without its uuids unless ``uuids``)."""
+    h: dict[str, Any] = {"f": t.framework_id, "t": t.task_id, "e": t.executor_id, "l": t.launched}
+    if uuids:
+        order = list(t.seen_order)
+        h["u"] = order if len(order) == len(t.seen) else sorted(t.seen.difference(order)) + order
+    if t.container is not None:
+        c = t.container
+        h.update(c=c.container_id, s=c.sandbox, pid=c.pid, st=c.start_time)
+    return h
 
 
 def replay(records: list[DecodedRecord], path: str) -> tuple[CheckpointState, list[Problem]]:
