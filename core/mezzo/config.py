@@ -267,9 +267,16 @@ class AgentConfig:
     executor_register_timeout: float = 20.0
     """Seconds a launched executor has to register before it is killed and its tasks fail."""
     status_update_retry: float = 1.0
-    """First retry interval for unacknowledged status updates (doubles up to 30 s)."""
+    """Seconds: the shortest wait before an unacknowledged status update is re-sent.
+    The n-th wait (n = 0, 1, ...) is drawn from the upper half of
+    ``min(30, 2 * status_update_retry * 2**n)`` (equal jitter; the 30 s cap is raised to
+    twice this if that is more): 1-2 s, 2-4 s, ..., then 15-30 s by default."""
     reconnect_interval: float = 0.5
-    """Seconds between attempts to reach a lost master."""
+    """Seconds: the longest first wait before redialling a master that cannot be reached
+    or that dropped the connection. The n-th wait (n = 0, 1, ...) is drawn from the upper
+    half of ``min(10, reconnect_interval * 2**n)`` (the 10 s cap is raised to this if that
+    is more); an answered registration starts again from n = 0. A new leader named by
+    ZooKeeper is dialled at once."""
     statistics_interval: float = 10.0
     """Seconds between reports of container usage to the master (``mezzo state``
     shows them); only sent while some isolator measures something. 0 = never."""

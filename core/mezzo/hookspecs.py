@@ -520,7 +520,10 @@ class Isolator(Component):
 
     async def usage(self, container: Container) -> dict[str, float]:
         """Resource usage, e.g. ``{"cpu_seconds": 1.5, "mem_bytes": 1e6}``.
-        Default: nothing measured."""
+        Values must be finite: the agent drops a measurement that is NaN or an
+        infinity, or a list or dict holding one at any depth (the other keys are
+        kept), and logs a warning the first time each isolator reports one under
+        each key. Default: nothing measured."""
         return {}
 
     async def limitation(self, container: Container) -> Limitation | None:
