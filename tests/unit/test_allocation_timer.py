@@ -6,7 +6,7 @@ fires the due callbacks itself."""
 from __future__ import annotations
 
 import pytest
-from mezzo.master import allocation_timer
+
 from mezzo.master.allocation_timer import PROMPT_COST_FACTOR, PROMPT_FRACTION, AllocationTimer
 
 INTERVAL = 0.1
@@ -40,7 +40,9 @@ class ScriptedLoop:
     def advance_to(self, when: float) -> None:
         """Move the clock to ``when``, running everything due by then, in time order."""
         while True:
-            due = sorted((h for h in self.pending if not h.cancelled and h.when <= when), key=lambda h: h.when)
+            due = sorted(
+                (h for h in self.pending if not h.cancelled and h.when <= when), key=lambda h: h.when
+            )
             if not due:
                 break
             handle = due[0]
@@ -59,17 +61,15 @@ class _Handle:
 
 
 @pytest.fixture
-def timer(monkeypatch):
+def timer():
     loop = ScriptedLoop()
     runs: list[float] = []
     cost = {"seconds": 0.0}
 
     def run():
         runs.append(loop.at)
-        clock["t"] += cost["seconds"]  # the cycle's own cost, as perf_counter sees it
+        loop.at += cost["seconds"]  # the cycle's own cost: the timer reads it on its clock
 
-    clock = {"t": 0.0}
-    monkeypatch.setattr(allocation_timer.time, "perf_counter", lambda: clock["t"])
     t = AllocationTimer(loop, INTERVAL, run)
     return t, loop, runs, cost
 
@@ -90,8 +90,8 @@ def test_a_prompt_request_waits_only_a_fraction_of_the_interval(timer):
     t, loop, runs, _ = timer
     t.request()
     loop.advance_to(100.0)
-    t.request()                   # a decline: the full interval
-    t.request(prompt=True)        # a task ended: moves the pending cycle earlier
+    t.request()  # a decline: the full interval
+    t.request(prompt=True)  # a task ended: moves the pending cycle earlier
     assert loop.next_run() == pytest.approx(100.0 + INTERVAL * PROMPT_FRACTION)
     loop.advance_to(101.0)
     assert runs == [100.0, pytest.approx(100.0 + INTERVAL * PROMPT_FRACTION)]
@@ -99,11 +99,11 @@ def test_a_prompt_request_waits_only_a_fraction_of_the_interval(timer):
 
 def test_a_prompt_request_never_comes_sooner_than_a_multiple_of_the_cycle_s_cost(timer):
     t, loop, runs, cost = timer
-    cost["seconds"] = 0.02        # a large cluster: 20 ms per cycle
+    cost["seconds"] = 0.02  # a large cluster: 20 ms per cycle
     t.request()
-    loop.advance_to(100.0)
+    loop.advance_to(100.02)  # the cycle ran at 100.0 and ended at 100.02
     t.request(prompt=True)
-    assert loop.next_run() == pytest.approx(100.0 + 0.02 * PROMPT_COST_FACTOR)
+    assert loop.next_run() == pytest.approx(100.02 + 0.02 * PROMPT_COST_FACTOR)
 
 
 def test_an_ordinary_request_does_not_delay_a_prompt_one(timer):
@@ -128,5 +128,5 @@ def test_prompt_requests_wait_the_whole_interval_while_cycles_run_late(timer):
     assert loop.next_run() == pytest.approx(100.15 + INTERVAL)
     loop.advance_to(100.25)
     assert runs[-1] == pytest.approx(100.25)
-    t.request(prompt=True)   # that cycle ran on time: prompt again
+    t.request(prompt=True)  # that cycle ran on time: prompt again
     assert loop.next_run() == pytest.approx(100.25 + INTERVAL * PROMPT_FRACTION)

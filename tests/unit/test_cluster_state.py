@@ -10,20 +10,28 @@ on a ManualClock.
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import pytest
-from hypothesis.errors import FlakyStrategyDefinition
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from mezzo import AgentInfo, CommandInfo, ExecutorInfo, FrameworkInfo, Resources, TaskInfo, TaskState, TaskStatus
+
+from mezzo import (
+    AgentInfo,
+    CommandInfo,
+    ExecutorInfo,
+    FrameworkInfo,
+    Resources,
+    TaskInfo,
+    TaskState,
+    TaskStatus,
+)
 from mezzo.config import MasterConfig
 from mezzo.master import Master
 from mezzo.master.ports import ManualClock, RecordingOutbox
 from mezzo.master.records import AgentTag, FrameworkTag
 from mezzo.master.revocation_monitor import holding
 from mezzo.plugins import load_plugins
+from mezzo.wire.ttypes import Filters
 
 from .allocator_ledger import AllocatorLedger
-from mezzo.wire.ttypes import Filters
 
 AGENT_TOTAL = Resources(cpus=4, mem=1024)
 
@@ -52,9 +60,12 @@ class ClusterMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.outbox = RecordingOutbox()
-        self.master = Master(MasterConfig(allocation_interval=0.01, agent_reregister_timeout=5,
-                                          offer_timeout=3), load_plugins(), clock=ManualClock(),
-                             outbox=self.outbox)
+        self.master = Master(
+            MasterConfig(allocation_interval=0.01, agent_reregister_timeout=5, offer_timeout=3),
+            load_plugins(),
+            clock=ManualClock(),
+            outbox=self.outbox,
+        )
         self.master.lead()
         self.service = self.master.service
         self.state = self.master.state
@@ -83,8 +94,6 @@ class ClusterMachine(RuleBasedStateMachine):
         self.service.register_framework(link, FrameworkInfo(name=link.peer, failover_timeout=failover))
         self.links[link.peer] = link
 
-    # Not 0.01 s: whether a prompt cycle (due 10x the last cycle's real cost after it)
-    # falls within so short a step would depend on how busy this machine is.
     @rule(seconds=st.sampled_from([0.0, 1.0, 5.0]))
     def time_passes(self, seconds: float) -> None:
         self.master.clock.advance(seconds)
@@ -95,10 +104,13 @@ class ClusterMachine(RuleBasedStateMachine):
         offer = data.draw(st.sampled_from(sorted(self.state.offer_book.offers.values(), key=lambda o: o.id)))
         framework = self.state.frameworks[offer.framework_id]
         self.tasks += 1
-        task = TaskInfo(task_id=f"t{self.tasks}", agent_id=offer.agent_id, resources=Resources(cpus=cpus, mem=64))
+        task = TaskInfo(
+            task_id=f"t{self.tasks}", agent_id=offer.agent_id, resources=Resources(cpus=cpus, mem=64)
+        )
         if with_executor:
-            task.executor = ExecutorInfo(executor_id="e", command=CommandInfo(value="x"),
-                                         resources=Resources(cpus=0.5, mem=32))
+            task.executor = ExecutorInfo(
+                executor_id="e", command=CommandInfo(value="x"), resources=Resources(cpus=0.5, mem=32)
+            )
         else:
             task.command = CommandInfo(value="sleep 1")
         self.service.launch_tasks(framework.conn, framework.id, [offer.id], [task], Filters(refuse_seconds=1))
@@ -111,44 +123,67 @@ class ClusterMachine(RuleBasedStateMachine):
         self.service.decline_offer(framework.conn, framework.id, [offer.id], Filters(refuse_seconds=2))
 
     @precondition(lambda self: any(a.tasks and a.conn is not None for a in self.state.agents.values()))
-    @rule(data=st.data(), state=st.sampled_from([TaskState.TASK_RUNNING, TaskState.TASK_FINISHED,
-                                                 TaskState.TASK_FAILED]))
+    @rule(
+        data=st.data(),
+        state=st.sampled_from([TaskState.TASK_RUNNING, TaskState.TASK_FINISHED, TaskState.TASK_FAILED]),
+    )
     def task_update(self, data, state: int) -> None:
-        agents = sorted((a for a in self.state.agents.values() if a.tasks and a.conn is not None), key=lambda a: a.id)
+        agents = sorted(
+            (a for a in self.state.agents.values() if a.tasks and a.conn is not None), key=lambda a: a.id
+        )
         agent = data.draw(st.sampled_from(agents))
         fid, tid = data.draw(st.sampled_from(sorted(agent.tasks)))
-        self.service.status_update(agent.conn, TaskStatus(task_id=tid, state=state, framework_id=fid,
-                                                          agent_id=agent.id, uuid=f"u{self.tasks}-{tid}"))
+        self.service.status_update(
+            agent.conn,
+            TaskStatus(
+                task_id=tid, state=state, framework_id=fid, agent_id=agent.id, uuid=f"u{self.tasks}-{tid}"
+            ),
+        )
 
     @precondition(lambda self: any(a.executors and a.conn is not None for a in self.state.agents.values()))
     @rule(data=st.data())
     def executor_exits(self, data) -> None:
-        agents = sorted((a for a in self.state.agents.values() if a.executors and a.conn is not None),
-                        key=lambda a: a.id)
+        agents = sorted(
+            (a for a in self.state.agents.values() if a.executors and a.conn is not None), key=lambda a: a.id
+        )
         agent = data.draw(st.sampled_from(agents))
         fid, eid = data.draw(st.sampled_from(sorted(agent.executors)))
         self.service.executor_exited(agent.conn, agent.id, fid, eid, 0, "exited")
 
-    @precondition(lambda self: any(l.tag is not None for l in self.links.values()))
+    @precondition(lambda self: any(lk.tag is not None for lk in self.links.values()))
     @rule(data=st.data())
     def disconnect(self, data) -> None:
-        link = data.draw(st.sampled_from(sorted((l for l in self.links.values() if l.tag is not None),
-                                                key=lambda l: l.peer)))
+        link = data.draw(
+            st.sampled_from(
+                sorted((lk for lk in self.links.values() if lk.tag is not None), key=lambda lk: lk.peer)
+            )
+        )
         self.service.connection_lost(link)
         link.tag = None
 
-    @precondition(lambda self: any(isinstance(l.tag, AgentTag) for l in self.links.values()))
+    @precondition(lambda self: any(isinstance(lk.tag, AgentTag) for lk in self.links.values()))
     @rule(data=st.data())
     def agent_goes_silent(self, data) -> None:
-        link = data.draw(st.sampled_from(sorted((l for l in self.links.values() if isinstance(l.tag, AgentTag)),
-                                                key=lambda l: l.peer)))
+        link = data.draw(
+            st.sampled_from(
+                sorted(
+                    (lk for lk in self.links.values() if isinstance(lk.tag, AgentTag)), key=lambda lk: lk.peer
+                )
+            )
+        )
         self.service.agent_link_silent(link, 60.0)
 
-    @precondition(lambda self: any(isinstance(l.tag, FrameworkTag) for l in self.links.values()))
+    @precondition(lambda self: any(isinstance(lk.tag, FrameworkTag) for lk in self.links.values()))
     @rule(data=st.data())
     def framework_unregisters(self, data) -> None:
-        link = data.draw(st.sampled_from(sorted((l for l in self.links.values() if isinstance(l.tag, FrameworkTag)),
-                                                key=lambda l: l.peer)))
+        link = data.draw(
+            st.sampled_from(
+                sorted(
+                    (lk for lk in self.links.values() if isinstance(lk.tag, FrameworkTag)),
+                    key=lambda lk: lk.peer,
+                )
+            )
+        )
         self.service.unregister_framework(link, link.tag.framework_id)
 
     # -- the invariant --------------------------------------------------------------------
@@ -169,7 +204,9 @@ class ClusterMachine(RuleBasedStateMachine):
     @invariant()
     def the_allocator_sees_what_the_state_holds(self) -> None:
         for framework in self.state.frameworks.values():
-            assert self.ledger.of(framework.id) == dict(holding_with_all_executors(self.state, framework).scalars), framework.id
+            assert self.ledger.of(framework.id) == dict(
+                holding_with_all_executors(self.state, framework).scalars
+            ), framework.id
 
     @invariant()
     def offers_are_booked_on_both_sides(self) -> None:
@@ -191,10 +228,4 @@ def holding_with_all_executors(state, framework) -> Resources:
 
 
 ClusterMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
-# Under load (a fresh clone's CI beside other work) Hypothesis once found the machine's
-# draws inconsistent between replays (FlakyStrategyDefinition): something the machine
-# reads still depends on the outside (to find: real cycle cost, set order of ids).
-# Until found, a flaky replay does not fail the suite; an invariant broken still shows.
-test_cluster_state_invariants = pytest.mark.xfail(
-    strict=False, raises=FlakyStrategyDefinition, reason="nondeterministic replay under load; see comment"
-)(ClusterMachine.TestCase)
+test_cluster_state_invariants = ClusterMachine.TestCase

@@ -59,7 +59,6 @@ from hypothesis.stateful import (
 )
 from structlog.testing import capture_logs
 
-import mezzo.master.allocation_timer
 import mezzo.master.master
 from mezzo import AgentInfo, CommandInfo, ExecutorInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.config import MasterConfig
@@ -182,8 +181,6 @@ class _Replayable:
     - master ids (``uuid4``, ``strftime`` in :mod:`mezzo.master.master`) name every
       framework, agent and offer; ids that differ between runs reorder the master's
       sets of ids and change what later draws pick. Here they count: ``fuzz-000001``.
-    - the CPU time an allocation cycle took (``perf_counter`` in
-      :mod:`mezzo.master.allocation_timer`) paces the next one. Here it is always 0.
 
     Everything else is the real ``time`` module.
     """
@@ -198,16 +195,12 @@ class _Replayable:
     def strftime(self, fmt: str) -> str:
         return "fuzz-"
 
-    def perf_counter(self) -> float:
-        return 0.0
-
     def __getattr__(self, name: str):
         return getattr(time, name)
 
     def install(self, monkeypatch) -> None:
         monkeypatch.setattr(mezzo.master.master, "uuid", self)
         monkeypatch.setattr(mezzo.master.master, "time", self)
-        monkeypatch.setattr(mezzo.master.allocation_timer, "time", self)
 
 
 REPLAYABLE = _Replayable()

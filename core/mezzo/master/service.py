@@ -87,8 +87,13 @@ class MasterService:
         self._address = address
         self._render_state = render_state
         self._metrics = metrics
-        self.agent_links: set[Any] = set()
-        """Connections that carry agents, for the health check (:mod:`.health`)."""
+        self.agent_links: dict[Any, None] = {}
+        """Connections that carry agents, for the health check (:mod:`.health`), oldest
+        first. A dict used as an ordered set, not a set: links hash by identity, so a
+        set's order would follow memory addresses, and which agents the health check
+        declares lost first (the removal limit lets only some go, see
+        :mod:`.agent_removals`) would differ between two runs of the same calls
+        (Hypothesis' replays of tests/unit/test_cluster_state.py diverged)."""
         config = state.config
         self.call_rates = call_rates or CallRates(
             state.clock, rate=config.framework_call_rate, burst=config.framework_call_burst
@@ -165,7 +170,7 @@ class MasterService:
             conn.tag.agent_ids.add(agent_id)
         else:
             conn.tag = AgentTag(agent_id)
-        self.agent_links.add(conn)
+        self.agent_links[conn] = None
 
     def _detach_agent(self, conn: Any, agent_id: str) -> None:
         """``conn`` no longer speaks for ``agent_id`` (it moved to another connection);
@@ -175,7 +180,7 @@ class MasterService:
             tag.agent_ids.discard(agent_id)
             if not tag.agent_ids:
                 conn.tag = None
-                self.agent_links.discard(conn)
+                self.agent_links.pop(conn, None)
                 conn.close()
 
     # -- frameworks ------------------------------------------------------------------
@@ -453,7 +458,7 @@ class MasterService:
                 kept = True
         if not kept:
             conn.tag = None
-            self.agent_links.discard(conn)
+            self.agent_links.pop(conn, None)
             conn.close()
 
     def framework_links(self) -> list[Any]:
@@ -487,7 +492,7 @@ class MasterService:
             if record is not None and record.conn is conn:
                 self.frameworks.disconnected(record)
         elif isinstance(tag, AgentTag):
-            self.agent_links.discard(conn)
+            self.agent_links.pop(conn, None)
             for agent_id in list(tag.agent_ids):
                 agent = self.state.agents.get(agent_id)
                 if agent is not None and agent.conn is conn:
