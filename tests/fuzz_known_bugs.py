@@ -14,34 +14,9 @@ Predicates err on the side of skipping: a call that might trigger the bug is ski
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 
-
-def _statistics_overflowing_to_infinity(method: str, args: tuple) -> bool:
-    if method != "container_statistics" or not isinstance(args[1], str):
-        return False
-    overflowed = False
-
-    def number(text: str) -> float:
-        nonlocal overflowed
-        value = float(text)
-        overflowed = overflowed or math.isinf(value)
-        return value
-
-    try:
-        json.loads(args[1], parse_float=number)
-    except (ValueError, RecursionError):
-        return False
-    return overflowed
-
-
-KNOWN_BUGS: dict[str, Callable[[str, tuple], bool]] = {
-    "test_container_statistics_with_a_number_overflowing_to_infinity_leave_the_state_json": (
-        _statistics_overflowing_to_infinity
-    ),
-}
+KNOWN_BUGS: dict[str, Callable[[str, tuple], bool]] = {}
 
 
 def known_bug(method: str, args: tuple) -> str | None:

@@ -210,7 +210,7 @@ class FrameworkLifecycle:
         log.info(
             "framework filters set",
             framework=record.id,
-            agents=sorted(agents) if agents is not None else None,
+            agents=len(agents) if agents is not None else None,
             min_free=str(record.min_free) if record.min_free else None,
         )
         self.state.request_allocation()

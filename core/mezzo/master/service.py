@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..resources import InvalidResources, Resources, agent_resources_problem
+from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
 from ..services import AGENT, SCHEDULER, TOOL
 from ..wire.ttypes import (
     AgentInfo,
@@ -59,6 +59,14 @@ if TYPE_CHECKING:
     from .task_lifecycle import TaskLifecycle
 
 log = structlog.get_logger("mezzo.master", component="master")
+
+FILTER_AGENTS_MAX = 50_000
+"""The most agents a framework's filter may name (``set_filters``): reading that many
+takes the master about 10 ms. Beyond, a framework names hostnames or uses min_free."""
+STATISTICS_MAX_CHARS = 1 << 20
+"""The longest container statistics report an agent may send (``container_statistics``):
+reading 1 MiB of JSON takes the master about 25 ms; a report of 16 MiB held it 0.44 s.
+An agent's report of a hundred containers is about 40 KB."""
 
 
 class MasterService:
@@ -252,7 +260,17 @@ class MasterService:
         if agents is not None and not all(isinstance(a, str) for a in agents):
             conn.remote(SCHEDULER).error("set_filters: agents must be a list of agent ids or hostnames")
             return
+        if agents is not None and len(agents) > FILTER_AGENTS_MAX:
+            conn.remote(SCHEDULER).error(
+                f"set_filters: {len(agents):,} agents are more than a filter may name (at most "
+                f"{FILTER_AGENTS_MAX:,}); name hostnames or use min_free"
+            )
+            return
         wanted = filters.min_free if filters is not None else None
+        problem = wire_ranges_problem(wanted, "set_filters: min_free")
+        if problem is not None:
+            conn.remote(SCHEDULER).error(problem)
+            return
         try:
             min_free = Resources.of(wanted) if wanted is not None else None
         except InvalidResources as exc:
@@ -296,12 +314,16 @@ class MasterService:
                 return
         state = self.state
         refuse = state.refuse_seconds(filters)
+        unknown: list[str] = []
         for oid in offer_ids:
             offer = record.offers.get(oid)
             if offer is None:
-                log.info("decline of unknown offer ignored", framework=framework_id, offer=oid)
+                unknown.append(oid)
                 continue
             state.return_offer(offer, refuse)
+        if unknown:
+            # One line for the call, not one per id: a decline may name a million.
+            log.info("decline of unknown offers ignored", framework=framework_id, offers=unknown)
         state.request_allocation()
 
     def kill_task(self, conn: Any, framework_id: str, task_id: str) -> None:
@@ -349,6 +371,10 @@ class MasterService:
             return None
         if not isinstance(agent.port, int) or not 0 < agent.port < 65536:
             remote.error(f"{call}: AgentInfo.port {agent.port!r} is not a valid port")
+            return None
+        problem = wire_ranges_problem(agent.resources, f"{call}: resources")
+        if problem is not None:
+            remote.error(problem)
             return None
         try:
             total = Resources.of(agent.resources)
@@ -429,7 +455,11 @@ class MasterService:
         try:
             # Strict JSON (NaN and Infinity refused: the state must stay JSON), and a
             # report nested past Python's recursion limit is as unreadable as a bad one.
-            stats = json.loads(statistics_json or "[]", parse_constant=_no_constant)
+            if len(statistics_json) > STATISTICS_MAX_CHARS:
+                raise ValueError(
+                    f"{len(statistics_json):,} characters, more than a report may have ({STATISTICS_MAX_CHARS:,})"
+                )
+            stats = json.loads(statistics_json or "[]", parse_constant=_no_constant, parse_float=_finite)
         except (ValueError, RecursionError) as exc:
             log.warning("container statistics are not JSON; dropped", agent=agent.id, error=str(exc)[:200])
             return
@@ -521,3 +551,12 @@ def _answers_offers(record: FrameworkRecord, offer_ids: list[str]) -> bool:
 
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a float (``1e999``) would be read
+    as infinity, which is not JSON either."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return value
