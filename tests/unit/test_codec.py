@@ -100,6 +100,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "guaranteed_share": (12, Resources(cpus=0.3, mem=100.125)),
         "error": ("framework removed: failover timeout — ünïcode",),
         "not_leader": ("10.0.0.2:5050",),
+        "ping": (),
     },
     "Agent": {
         "registered": ("ag-3",),
