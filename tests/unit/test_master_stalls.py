@@ -135,3 +135,18 @@ def test_one_lost_agent_of_a_small_cluster_goes_at_once():
         clock.advance(0.1)
         links[1].heard()
     assert len(master.state.agents) == 1 and links[0].closed  # at least one per window
+
+
+def test_a_saturated_master_sheds_container_statistics_first():
+    master, clock, links = cluster(1)
+    agent_id = next(iter(master.state.agents))
+    master.service.container_statistics(links[0], agent_id, '[{"container_id": "c1"}]')
+    assert master.state.agents[agent_id].statistics == [{"container_id": "c1"}]
+    master.loop_watch.lag = 0.2  # the loop runs 200 ms late
+    assert master.loop_watch.saturated()
+    master.service.container_statistics(links[0], agent_id, '[{"container_id": "c2"}]')
+    assert master.state.agents[agent_id].statistics == [{"container_id": "c1"}]
+    assert master.metrics()["statistics_shed"] == 1
+    master.loop_watch.lag = 0.0
+    master.service.container_statistics(links[0], agent_id, '[{"container_id": "c3"}]')
+    assert master.state.agents[agent_id].statistics == [{"container_id": "c3"}]

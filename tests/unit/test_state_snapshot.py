@@ -382,3 +382,61 @@ def test_no_file_descriptors_or_zombies_are_left_behind():
     assert len(set(pids)) == 5
     for pid in pids:
         assert_reaped(pid)
+
+
+# ----------------------------------------------------------- overload
+
+
+def test_a_saturated_loop_puts_the_snapshot_off_until_it_catches_up(monkeypatch):
+    from mezzo.master import state_snapshot
+
+    monkeypatch.setattr(state_snapshot, "DEFER_STEP", 0.02)
+    busy = [True]
+    renders = []
+
+    def render() -> str:
+        renders.append(1)
+        return "state"
+
+    async def scenario():
+        snaps = StateSnapshots(render, use_fork=False, saturated=lambda: busy[0])
+        replies = Replies()
+        snaps.request(replies)
+        snaps.request(replies)  # shares the snapshot put off
+        await asyncio.sleep(0.2)
+        assert replies.texts == [] and renders == []  # waits while the loop is saturated
+        busy[0] = False
+        assert await replies.wait(2) == ["state", "state"]
+        assert renders == [1]  # one snapshot for both
+        assert snaps.deferred == 1
+
+    run(scenario())
+
+
+def test_a_snapshot_waits_for_a_saturated_loop_at_most_defer_max(monkeypatch):
+    from mezzo.master import state_snapshot
+
+    monkeypatch.setattr(state_snapshot, "DEFER_STEP", 0.02)
+    monkeypatch.setattr(state_snapshot, "DEFER_MAX", 0.3)
+
+    async def scenario():
+        snaps = StateSnapshots(lambda: "late", use_fork=False, saturated=lambda: True)
+        replies = Replies()
+        start = time.monotonic()
+        snaps.request(replies)
+        assert await replies.wait(1) == ["late"]  # answered late, not never
+        assert time.monotonic() - start >= 0.3
+
+    run(scenario())
+
+
+def test_close_drops_a_snapshot_put_off():
+    async def scenario():
+        snaps = StateSnapshots(lambda: "never", use_fork=False, saturated=lambda: True)
+        replies = Replies()
+        snaps.request(replies)
+        snaps.close()
+        await asyncio.sleep(0.4)
+        assert replies.texts == []
+
+    run(scenario())

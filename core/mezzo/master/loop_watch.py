@@ -38,6 +38,10 @@ TOLERANCE = 0.05
 """Lateness of a sample that is not yet a stall (a busy loop is not a stalled one)."""
 REPORT_STALL = 1.0
 """Stalls at least this long are logged."""
+SATURATED_LAG = 0.1
+"""Lateness of the latest sample from which the loop counts as saturated: it has more
+to do than it can, and work that can wait (``mezzo state``, container statistics)
+waits or is dropped before offers and status updates are (:meth:`LoopWatch.saturated`)."""
 
 
 class LoopWatch:
@@ -103,6 +107,10 @@ class LoopWatch:
         samples.append((now, self._listened))
         while len(samples) > 2 and samples[1][0] < now - self._history:
             samples.popleft()
+
+    def saturated(self) -> bool:
+        """Whether the loop ran at least :data:`SATURATED_LAG` late at its latest sample."""
+        return self.lag >= SATURATED_LAG
 
     def listening_time(self) -> float:
         """The listening clock now (seconds since the watch started, stalls left out)."""

@@ -110,7 +110,11 @@ class Master:
         """How many times this process became the leader."""
         self.address = config.listen
         self.started_at = time.time()
-        self.snapshots = StateSnapshots(lambda: render_state(self), use_fork=config.render_state_in_child)
+        self.snapshots = StateSnapshots(
+            lambda: render_state(self),
+            use_fork=config.render_state_in_child,
+            saturated=lambda: self.loop_watch.saturated(),
+        )
         self._server: Listener | None = None
         self.connection_limiter = ConnectionLimiter(
             config.connections, max_frame=config.max_frame_bytes, logger=log
@@ -200,6 +204,7 @@ class Master:
             address=lambda: self.address,
             render_state=self.snapshots.request,
             metrics=self.metrics,
+            saturated=self.loop_watch.saturated,
             call_rates=CallRates(
                 self.clock,
                 rate=config.framework_call_rate,
@@ -427,6 +432,8 @@ class Master:
             "loop_stalled_seconds": round(self.loop_watch.stalled_seconds, 3),
             "plugin_failures": self.guard.counts(),
             "state_snapshots": self.snapshots.forks,
+            "state_snapshots_deferred": self.snapshots.deferred,
+            "statistics_shed": term.service.statistics_shed,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
             "connections": self.connection_limiter.stats(),

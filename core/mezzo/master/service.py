@@ -87,6 +87,7 @@ class MasterService:
         render_state: Callable[[Callable[[str], None]], None],
         metrics: Callable[[], dict[str, Any]],
         call_rates: CallRates | None = None,
+        saturated: Callable[[], bool] = lambda: False,
     ) -> None:
         self.state = state
         self.frameworks = frameworks
@@ -95,6 +96,9 @@ class MasterService:
         self._address = address
         self._render_state = render_state
         self._metrics = metrics
+        self._saturated = saturated
+        self.statistics_shed = 0
+        """Container statistics reports dropped unread while the loop was saturated."""
         self.agent_links: dict[Any, None] = {}
         """Connections that carry agents, for the health check (:mod:`.health`), oldest
         first. A dict used as an ordered set, not a set: links hash by identity, so a
@@ -451,6 +455,10 @@ class MasterService:
         ``mezzo state``. Anything but a JSON list is logged and dropped."""
         agent = self._agent_of(conn, "container_statistics", agent_id)
         if agent is None:
+            return
+        if self._saturated():
+            # The first work to shed: the next report (statistics_interval) replaces it.
+            self.statistics_shed += 1
             return
         try:
             # Strict JSON (NaN and Infinity refused: the state must stay JSON), and a

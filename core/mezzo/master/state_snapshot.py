@@ -19,6 +19,12 @@ Requests arriving while a snapshot is being rendered wait for that snapshot
 instead of forking again, so any number of pollers costs at most one child at
 a time. Where ``os.fork`` is missing or fails, the state is rendered inline as
 before.
+
+Under overload a snapshot waits: while the master's loop runs late (``saturated``,
+:meth:`.loop_watch.LoopWatch.saturated`), the fork and the copying out of the
+answer are put off by :data:`DEFER_STEP` at a time, so that offers and status
+updates go first, but never for longer than :data:`DEFER_MAX`: a poller is
+answered late, not never.
 """
 
 from __future__ import annotations
@@ -38,14 +44,29 @@ Reply = Callable[[str], None]
 
 CHILD_NICENESS = 10
 """Added to the rendering child's nice value: it runs on CPU the master leaves idle."""
+DEFER_STEP = 0.25
+"""Seconds between two looks at whether the loop is still saturated."""
+DEFER_MAX = 5.0
+"""Seconds a snapshot waits at most for the loop to catch up."""
 
 
 class StateSnapshots:
     """Renders ``render()`` in a forked child and hands the text to every waiter."""
 
-    def __init__(self, render: Callable[[], str], *, use_fork: bool = True) -> None:
+    def __init__(
+        self,
+        render: Callable[[], str],
+        *,
+        use_fork: bool = True,
+        saturated: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._render = render
         self._use_fork = use_fork and hasattr(os, "fork")
+        self._saturated = saturated
+        self._waiting_since: float | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self.deferred = 0
+        """Snapshots put off for a saturated loop (for the metrics and the tests)."""
         self._waiters: list[Reply] = []
         self._child: int | None = None
         self._pipe: int | None = None
@@ -57,8 +78,24 @@ class StateSnapshots:
     def request(self, reply: Reply) -> None:
         """Call ``reply(state_json)`` once a snapshot taken now or a moment ago is ready."""
         self._waiters.append(reply)
-        if self._child is not None:
-            return  # the snapshot being rendered answers this request too
+        if self._child is not None or self._retry is not None:
+            return  # the snapshot being rendered, or the one put off, answers this request too
+        self._start()
+
+    def _start(self) -> None:
+        """Take the snapshot now, unless the loop is saturated and it has not waited
+        :data:`DEFER_MAX` yet."""
+        self._retry = None
+        if self._saturated():
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            if self._waiting_since is None:
+                self._waiting_since = now
+                self.deferred += 1
+            if now - self._waiting_since < DEFER_MAX:
+                self._retry = loop.call_later(DEFER_STEP, self._start)
+                return
+        self._waiting_since = None
         if not self._use_fork or not self._fork():
             self._answer(self._render_inline())
 
@@ -133,6 +170,9 @@ class StateSnapshots:
 
     def close(self) -> None:
         """Stop a snapshot in progress, answering nobody (the master is stopping)."""
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry, self._waiting_since, self._waiters = None, None, []
         if self._child is None:
             return
         try:
