@@ -187,6 +187,7 @@ class Connection(asyncio.Protocol):
             return
         if self._decoding is not None and frames:
             # Read before reading stopped: they wait their turn behind the big frame.
+            TRAFFIC.received += len(frames)
             self._behind.extend(frames)
             self._held_bytes += sum(map(len, frames))
             frames = []
