@@ -64,3 +64,14 @@ def test_cpu_isolation_at_a_toy_size_measures_every_configuration():
 def test_allocation_cycle_at_a_toy_size_makes_offers():
     out = run_bench("allocation_cycle.py", "--agents", "200", "--frameworks", "20", "--rounds", "3")
     assert "round    0:" in out and "200 offers" in out
+
+
+def test_message_stalls_at_a_toy_size_measures_every_family():
+    out = run_bench("message_stalls.py", "--quick", timeout=300)
+    for row in ("baseline: no message", "reconcile_tasks of unknown tasks", "decline_offer of unknown offers",
+                "set_filters over the bound (refused)", "set_filters at the bound",
+                "container_statistics over the bound (refused)", "register_agent with the most port ranges",
+                "launch_tasks: a task asking for all of them", "launch_tasks: a task asking for more ranges (refused)",
+                "reregister_agent with 1,000 tasks", "request_state at 2,000 tasks"):
+        assert f"run 1: {row} (" in out, row
+    assert "| message | size | handled after | longest wait | median wait | quiet |" in out
