@@ -63,6 +63,8 @@ log = structlog.get_logger("mezzo.master", component="master")
 FILTER_AGENTS_MAX = 50_000
 """The most agents a framework's filter may name (``set_filters``): reading that many
 takes the master about 10 ms. Beyond, a framework names hostnames or uses min_free."""
+DECLINE_IDS_MAX = 100_000
+"""The most offer ids of one ``decline_offer`` the master looks up (about 10 ms)."""
 STATISTICS_MAX_CHARS = 1 << 20
 """The longest container statistics report an agent may send (``container_statistics``):
 reading 1 MiB of JSON takes the master about 25 ms; a report of 16 MiB held it 0.44 s.
@@ -261,14 +263,14 @@ class MasterService:
         if record is None or not self._within_rate(conn, record, "set_filters"):
             return
         agents = filters.agents if filters is not None else None
-        if agents is not None and not all(isinstance(a, str) for a in agents):
-            conn.remote(SCHEDULER).error("set_filters: agents must be a list of agent ids or hostnames")
-            return
-        if agents is not None and len(agents) > FILTER_AGENTS_MAX:
+        if agents is not None and len(agents) > FILTER_AGENTS_MAX:  # before reading them
             conn.remote(SCHEDULER).error(
                 f"set_filters: {len(agents):,} agents are more than a filter may name (at most "
                 f"{FILTER_AGENTS_MAX:,}); name hostnames or use min_free"
             )
+            return
+        if agents is not None and not all(isinstance(a, str) for a in agents):
+            conn.remote(SCHEDULER).error("set_filters: agents must be a list of agent ids or hostnames")
             return
         wanted = filters.min_free if filters is not None else None
         problem = wire_ranges_problem(wanted, "set_filters: min_free")
@@ -318,6 +320,16 @@ class MasterService:
                 return
         state = self.state
         refuse = state.refuse_seconds(filters)
+        if len(offer_ids) > DECLINE_IDS_MAX:
+            # A framework holds at most an offer or so per agent: ids past these are not
+            # looked up (a million of them held the loop 0.1 s).
+            log.warning(
+                "decline names more offers than are read; the rest ignored",
+                framework=framework_id,
+                offers=len(offer_ids),
+                read=DECLINE_IDS_MAX,
+            )
+            offer_ids = offer_ids[:DECLINE_IDS_MAX]
         unknown: list[str] = []
         for oid in offer_ids:
             offer = record.offers.get(oid)

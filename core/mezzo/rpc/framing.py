@@ -54,14 +54,18 @@ class FrameDecoder:
         frames: list[bytes] = []
         start = 0
         end = len(buf)
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buf, start)
-            if size > self._max_frame:
-                raise FrameTooLarge(size, self._max_frame)
-            if end - start - 4 < size:
-                break
-            frames.append(bytes(buf[start + 4 : start + 4 + size]))
-            start += 4 + size
+        # Through a view, each frame is copied once (slicing the bytearray and then
+        # making bytes of the slice copied a 16 MiB frame twice: 25 ms of the loop).
+        # The view is released before the buffer is resized, which it would forbid.
+        with memoryview(buf) as view:
+            while end - start >= 4:
+                (size,) = _SIZE.unpack_from(buf, start)
+                if size > self._max_frame:
+                    raise FrameTooLarge(size, self._max_frame)
+                if end - start - 4 < size:
+                    break
+                frames.append(bytes(view[start + 4 : start + 4 + size]))
+                start += 4 + size
         if start:
             del buf[:start]
         return frames
