@@ -27,6 +27,14 @@ def test_fig10_at_a_toy_size_measures_the_probe():
     assert '"duplicates": 0' in out and '"tasks_failed": 0' in out
 
 
+def test_overload_at_a_toy_size_runs_both_conditions_and_judges_them():
+    out = run_bench("overload.py", "--agents", "200", "--frameworks", "10", "--runs", "1", "--settle", "0",
+                    "--probe-seconds", "1", "--task-mean", "2", "--task-stddev", "0.5", "--no-write")
+    assert "200 agents, undisturbed:" in out and "200 agents, CPU hog:" in out
+    assert out.count("median extra delay") >= 3  # two conditions, then the verdict
+    assert "within 20%" in out
+
+
 def test_throughput_at_a_toy_size_launches_every_task():
     out = run_bench("throughput.py", "--agents", "100", "--frameworks", "5", "--runs", "1")
     assert "fill run 1: 800 tasks RUNNING" in out
