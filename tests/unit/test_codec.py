@@ -353,3 +353,16 @@ def test_remote_typo_raises_attribute_error_without_sending():
         _ = remote.launch_tasks  # a Master method, not a Scheduler one
     assert sent == []
     assert not hasattr(remote, "_private")
+
+
+@pytest.mark.parametrize("text", ["", '{"agents": []}', "ünïcödé " * 500])
+@pytest.mark.parametrize("method", ["state", "metrics", "statistics"])
+def test_a_call_encoded_with_its_text_spliced_in_is_the_call_encoded_whole(method, text):
+    assert TOOL.encode_with_text(method, (42,), text.encode()) == TOOL.encode(method, (42, text), {})
+
+
+def test_only_a_call_ending_in_a_string_takes_a_spliced_text():
+    with pytest.raises(TypeError):
+        MASTER.encode_with_text("kill_task", ("f", "t"), b"t")  # ends in a string, but one argument too many
+    with pytest.raises(TypeError):
+        MASTER.encode_with_text("set_needs_offers", ("f",), b"x")  # ends in a bool

@@ -555,7 +555,9 @@ class MasterService:
     # -- tools --------------------------------------------------------------------------
 
     def request_state(self, conn: Any, request_id: int) -> None:
-        self._render_state(lambda text: conn.remote(TOOL).state(request_id, text))
+        self._render_state(
+            lambda text: conn.send(TOOL.encode_with_text("state", (request_id,), text.encode()))
+        )
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))

