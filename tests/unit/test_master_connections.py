@@ -36,6 +36,22 @@ class RecordingConnection:
     def close(self) -> None:
         self.closed = True
 
+    held = 0
+    """Holds on reading (``hold_reading``) not released yet. The double serves only
+    the calls a test makes, so holding only counts."""
+
+    def hold_reading(self):
+        self.held += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.held -= 1
+
+        return release
+
     def called(self, method: str) -> list[tuple]:
         return [args for m, args in self.calls if m == method]
 

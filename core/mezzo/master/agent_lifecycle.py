@@ -8,7 +8,9 @@ pings (:mod:`.health`).
 Whether an agent unknown to this master may re-register is the registry's call
 (:mod:`.registry`): an admitted one (after a failover) is adopted with its tasks,
 executors and frameworks, as far as its total goes (what does not fit is killed, reason
-``agent_overcommitted``); one declared lost is told to start over.
+``agent_overcommitted``); one declared lost is told to start over. A big report is
+adopted :data:`ADOPT_CHUNK` tasks per turn of the loop, so that no message holds the
+master for long (issue 14): see :meth:`AgentLifecycle._adopt`.
 
 Callers (:mod:`.service`) have checked who is calling, validated the input and
 keep track of which link carries which agent.
@@ -16,7 +18,8 @@ keep track of which link carries which agent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -32,6 +35,7 @@ from .registry import REFUSE
 
 if TYPE_CHECKING:
     from .framework_lifecycle import FrameworkLifecycle
+    from .ports import Timer
     from .recovery import Recovery
     from .state import ClusterState
 
@@ -40,6 +44,11 @@ log = structlog.get_logger("mezzo.master", component="master")
 OVERCOMMITTED = "agent_overcommitted"
 """``TaskStatus.reason`` of the kill updates of a task a re-registering agent reported
 that did not fit in what was left of the agent's total (see :meth:`AgentLifecycle._adopt`)."""
+
+ADOPT_CHUNK = 1000
+"""The most tasks (and the most executors, and frameworks) of a re-registering agent's
+report adopted in one turn of the loop (:meth:`AgentLifecycle._adopt`): about 10 ms of
+work. A report of 150,000 tasks held the loop 3.8 s in one go."""
 
 
 class AgentLifecycle:
@@ -54,6 +63,9 @@ class AgentLifecycle:
             state.clock, fraction=config.agent_removal_fraction, window=config.agent_removal_window
         )
         """How many agents may be declared lost at once (:mod:`.agent_removals`)."""
+        self.adopting: dict[str, _Adoption] = {}
+        """Agents whose report is being adopted, or whose adoption was cut short by the
+        loss of their link (they finish it when they re-register), by id."""
 
     def register(self, link: Any, info: AgentInfo, total: Resources) -> AgentRecord:
         """A new agent: given an id, and offered once the registry has admitted it.
@@ -99,6 +111,11 @@ class AgentLifecycle:
           to kill its tasks and register anew, since they were reported lost already.
         - Unknown but admitted (this master is new, or restarted): its word is taken
           for what runs on it (:meth:`_adopt`), so that is not offered twice.
+          ``reregistered`` is sent once that is done: at once for a report of at
+          most :data:`ADOPT_CHUNK` tasks, else some turns of the loop later.
+        - Known here but its adoption unfinished (its link was lost or replaced
+          meanwhile): squared with what it reports (:meth:`_reconcile`), and the
+          rest of the report adopted.
         """
         state = self.state
         aid = info.agent_id
@@ -108,6 +125,15 @@ class AgentLifecycle:
                 record.removal_handle.cancel()
                 record.removal_handle = None
             record.conn = link
+            unfinished = self.adopting.pop(aid, None)
+            if unfinished is not None:
+                unfinished.stop()
+                record.info = info
+                log.info("agent re-registered before its adoption ended; adopting the rest", agent=aid)
+                self._reconcile(record, tasks, executors)
+                state.observe.mezzo_agent_added(agent=info)
+                self._start_adoption(record, link, tasks, executors, frameworks)
+                return True
             record.connected = True
             record.info = info
             log.info("agent re-registered", agent=aid, hostname=info.hostname)
@@ -127,10 +153,11 @@ class AgentLifecycle:
             )
             return False
         else:
-            record = self._add(link, info, total)
-            self._adopt(record, tasks, executors, frameworks)
-            state.registry.admit(aid, _ignore)
-            self.recovery.agent_back(aid)
+            # Not connected (so not offered) until its report is adopted: what is free
+            # on it is not known before.
+            record = self._add(link, info, total, connected=False)
+            self._start_adoption(record, link, tasks, executors, frameworks)
+            return True
         state.outbox.agent(link).reregistered(aid)
         state.request_allocation()
         return True
@@ -155,14 +182,86 @@ class AgentLifecycle:
         state.request_allocation()
         return record
 
+    def _start_adoption(
+        self,
+        agent: AgentRecord,
+        link: Any,
+        running: Iterable[RunningTask],
+        executors: Iterable[ExecutorInfo],
+        frameworks: Iterable[FrameworkInfo],
+    ) -> None:
+        """Adopt what ``agent`` reported on ``link`` (:meth:`_adopt`), a chunk per turn."""
+        job = _Adoption(agent, link, self._adopt(agent, running, executors, frameworks))
+        self.adopting[agent.id] = job
+        self._adopt_chunk(job)
+
+    def _adopt_chunk(self, job: _Adoption) -> None:
+        """Adopt the next :data:`ADOPT_CHUNK` items of ``job``'s report; then, if more
+        are left, hold the agent's link and come back on the loop's next turn, else
+        the agent is connected (:meth:`_adopted`). A job whose agent was removed or
+        whose link was lost or replaced meanwhile stops."""
+        job.timer = None
+        agent = job.agent
+        if (
+            self.adopting.get(agent.id) is not job
+            or self.state.agents.get(agent.id) is not agent
+            or agent.conn is not job.link
+        ):
+            job.stop()
+            return
+        if next(job.steps, _DONE) is _DONE:
+            self._adopted(job)
+            return
+        if job.release is _no_release:
+            job.release = self.state.outbox.hold_reading(job.link)
+        job.timer = self.state.clock.call_soon(self._adopt_chunk, job)
+
+    def _adopted(self, job: _Adoption) -> None:
+        """The whole report is adopted: the agent is connected (offered from now on),
+        told ``reregistered``, and its link read again."""
+        state = self.state
+        agent = job.agent
+        aid = agent.id
+        del self.adopting[aid]
+        agent.connected = True
+        state.registry.admit(aid, _ignore)
+        self.recovery.agent_back(aid)
+        state.outbox.agent(job.link).reregistered(aid)
+        state.request_allocation()
+        job.release()
+
+    def stop(self) -> None:
+        """The term ends: adoptions stop where they are. Their links are not released:
+        the master drops every link of the term."""
+        for job in self.adopting.values():
+            if job.timer is not None:
+                job.timer.cancel()
+                job.timer = None
+        self.adopting.clear()
+
     def _adopt(
         self,
         agent: AgentRecord,
         running: Iterable[RunningTask],
         executors: Iterable[ExecutorInfo],
         frameworks: Iterable[FrameworkInfo],
-    ) -> None:
-        """Record tasks and executors an agent reports.
+    ) -> Generator[None, None, None]:
+        """Record tasks and executors an agent reports: a generator that stops after
+        every :data:`ADOPT_CHUNK` tasks (executors, frameworks), driven a chunk per
+        turn of the loop by :meth:`_adopt_chunk`.
+
+        While it runs the agent is not connected, so not offered (what is free on it
+        is known only at the end), and its link is held (``Outbox.hold_reading``):
+        its next messages (status updates of tasks not adopted yet, a second
+        re-registration) wait until it is done. Between chunks, anything else may
+        happen: a framework it names registering (its tasks adopted so far are
+        claimed from :attr:`ClusterState.orphans`, the next ones go to it at once)
+        or removed (the agent is told to shut it down, and its tasks adopted later
+        end as the agent reports them ended); the agent removed or its link lost
+        (the adoption stops; an agent that re-registers squares what was adopted with
+        what it reports, and the rest is adopted then); the term ended (stopped by
+        :meth:`stop`). A report of at most :data:`ADOPT_CHUNK` tasks, executors and
+        frameworks is adopted in one turn.
 
         Frameworks it names that this master does not know are recovered
         (:meth:`FrameworkLifecycle.recover`): their tasks are theirs again at once,
@@ -185,7 +284,12 @@ class AgentLifecycle:
           followed by the agent's own end of the task.
         """
         state = self.state
+        done = 0  # frameworks (then executors, then tasks) adopted this turn
         for info in frameworks:
+            if done == ADOPT_CHUNK:
+                yield
+                done = 0
+            done += 1
             fid = info.framework_id if isinstance(info, FrameworkInfo) else None
             if (
                 isinstance(fid, str)
@@ -196,7 +300,12 @@ class AgentLifecycle:
                 self.frameworks.recover(info)
         listed: set[tuple[str, str]] = set()
         refused_executors: set[tuple[str, str]] = set()
+        done = 0
         for ex in executors:
+            if done == ADOPT_CHUNK:
+                yield
+                done = 0
+            done += 1
             if ex is None or not isinstance(ex.framework_id, str) or not isinstance(ex.executor_id, str):
                 continue
             key = (ex.framework_id, ex.executor_id)
@@ -209,6 +318,8 @@ class AgentLifecycle:
                 )
                 continue
             listed.add(key)
+            if key in agent.executors:
+                continue  # held already: an adoption resumed (see reregister)
             res = _safe_resources(ex.resources)
             ex.resources = res
             if not res.fits_in(agent.free):
@@ -231,7 +342,12 @@ class AgentLifecycle:
             else:
                 state.orphans.setdefault(ex.framework_id, []).append((agent, key))
         refused: set[tuple[str, str]] = set()
+        done = 0
         for rt in running:
+            if done == ADOPT_CHUNK:
+                yield
+                done = 0
+            done += 1
             t = rt.task if rt is not None else None
             fid = rt.framework_id if rt is not None else None
             if t is None or not isinstance(fid, str) or not fid or not isinstance(t.task_id, str):
@@ -357,6 +473,9 @@ class AgentLifecycle:
         """Declare ``agent`` lost: TASK_LOST for its tasks, ``agent_lost`` to every
         framework (unless not ``notify``: it never was registered), out of the registry."""
         state = self.state
+        adoption = self.adopting.pop(agent.id, None)
+        if adoption is not None:
+            adoption.stop()
         state.registry.remove(agent.id)
         state.rescind_offers(list(agent.offers.values()), notify=True)
         for task in list(agent.tasks.values()):
@@ -382,8 +501,12 @@ class AgentLifecycle:
 
     def disconnected(self, agent: AgentRecord) -> None:
         """Its link is gone: offers rescinded, and removal unless it re-registers within
-        ``master.agent_reregister_timeout``."""
+        ``master.agent_reregister_timeout``. An adoption under way stops (it goes on
+        when the agent re-registers, see :meth:`reregister`)."""
         state = self.state
+        adoption = self.adopting.get(agent.id)
+        if adoption is not None:
+            adoption.stop()
         agent.conn = None
         agent.connected = False
         state.rescind_offers(list(agent.offers.values()), notify=True)
@@ -422,6 +545,35 @@ class AgentLifecycle:
         if record is not None and record.conn is not None:
             state.outbox.scheduler(record.conn).executor_lost(agent.id, executor_id, exit_status or 0)
         state.request_allocation()
+
+
+_DONE = object()
+
+
+def _no_release() -> None:
+    return None
+
+
+@dataclass(slots=True, eq=False)
+class _Adoption:
+    """One agent's report being adopted a chunk at a time (:meth:`AgentLifecycle._adopt`)."""
+
+    agent: AgentRecord
+    link: Any
+    """The link the report came on: the adoption stops if the agent's link changes."""
+    steps: Generator[None, None, None]
+    timer: Timer | None = None
+    """The next chunk, if one is due."""
+    release: Callable[[], None] = _no_release
+    """Releases the hold on the link's reading (set once a second turn is needed)."""
+
+    def stop(self) -> None:
+        """No more chunks; the link is read again."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.steps.close()
+        self.release()
 
 
 def _safe_resources(wire: Any) -> Resources:

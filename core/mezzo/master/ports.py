@@ -59,6 +59,11 @@ class Outbox(Protocol):
     def close(self, link: Any) -> None:
         """Close the link once what was sent on it is flushed."""
 
+    def hold_reading(self, link: Any) -> Callable[[], None]:
+        """Handle no more messages from ``link`` until the returned release is called
+        (idempotent): work on one of its messages goes on over several turns of the
+        loop, and the next ones must wait for it (see :meth:`mezzo.rpc.Connection.hold_reading`)."""
+
 
 class LoopClock:
     """:class:`Clock` of the running asyncio event loop.
@@ -95,6 +100,11 @@ class ConnectionOutbox:
 
     def close(self, link: Any) -> None:
         link.close()
+
+    def hold_reading(self, link: Any) -> Callable[[], None]:
+        # Test doubles that serve one call at a time when told to need not hold.
+        hold = getattr(link, "hold_reading", None)
+        return hold() if hold is not None else _no_release
 
 
 class ManualClock:
@@ -138,6 +148,19 @@ class ManualClock:
         self._now = until
         return fired
 
+    def turn(self) -> int:
+        """One turn of a real loop: fire the timers due now that were set before this
+        call (not those they set, unlike ``advance(0)``); how many fired."""
+        last = self._seq
+        fired = 0
+        while self._timers and self._timers[0][0] <= self._now and self._timers[0][1] <= last:
+            _, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            timer.callback(*timer.args)
+            fired += 1
+        return fired
+
     def jump(self, seconds: float) -> None:
         """Move time forward by ``seconds`` without firing anything: a loop that was
         stalled (held by a long handler, or its process stopped). The timers that came
@@ -168,6 +191,8 @@ class RecordingOutbox:
     def __init__(self) -> None:
         self.sent: list[tuple[Any, str, str, tuple[Any, ...]]] = []
         self.closed: list[Any] = []
+        self.held: list[Any] = []
+        """Links whose reading is held (:meth:`hold_reading`), once per hold."""
 
     def scheduler(self, link: Any) -> Any:
         return _Recorder(self, link, "Scheduler")
@@ -178,9 +203,23 @@ class RecordingOutbox:
     def close(self, link: Any) -> None:
         self.closed.append(link)
 
+    def hold_reading(self, link: Any) -> Callable[[], None]:
+        """Records ``link`` in ``held`` until released."""
+        self.held.append(link)
+
+        def release() -> None:
+            if link in self.held:
+                self.held.remove(link)
+
+        return release
+
     def calls(self, link: Any, call: str) -> list[tuple[Any, ...]]:
         """The arguments of every ``call`` sent to ``link``."""
         return [args for lk, _, c, args in self.sent if lk is link and c == call]
+
+
+def _no_release() -> None:
+    return None
 
 
 class _Recorder:

@@ -62,7 +62,8 @@ class Term:
         self.recovery.begin(admitted)
 
     def close(self) -> None:
-        """End the term: every timer of it is cancelled and no cycle runs any more."""
+        """End the term: every timer of it is cancelled (adoptions of agents' reports
+        under way too) and no cycle runs any more."""
         self.leading = False
         self.closed = True
         self.allocation.cancel()
@@ -74,6 +75,7 @@ class Term:
         if self.short_tasks is not None:
             self.short_tasks.stop()
         self.recovery.cancel()
+        self.agents.stop()
         self.state.cancel_timers()
 
     def tasks_revoked(self) -> int:

@@ -35,7 +35,7 @@ import asyncio
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -154,8 +154,10 @@ class Connection(asyncio.Protocol):
         self._inline_max = INLINE_DECODE_MAX if offload is not None else 0
         self._decoding: _Decoding | None = None
         """The frame being decoded off the loop, if any: reading stops meanwhile."""
+        self._holds = 0
+        """Holds on reading (:meth:`hold_reading`) not released yet."""
         self._behind: deque[bytes] = deque()
-        """Frames received behind it, handled once it has been."""
+        """Frames received behind it (or while reading is held), handled once it has been."""
         self._held_bytes = 0
         """Bytes of both, counted as input held for the limiter."""
         self.last_received = self._loop.time()
@@ -185,8 +187,9 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
             self.close()
             return
-        if self._decoding is not None and frames:
-            # Read before reading stopped: they wait their turn behind the big frame.
+        if (self._decoding is not None or self._holds) and frames:
+            # Read before reading stopped: they wait their turn behind the big frame
+            # (or until reading is no longer held).
             TRAFFIC.received += len(frames)
             self._behind.extend(frames)
             self._held_bytes += sum(map(len, frames))
@@ -199,10 +202,17 @@ class Connection(asyncio.Protocol):
         self._serve(frames)
 
     def _serve(self, frames: Iterable[bytes]) -> None:
-        """Handle ``frames`` in order, until one goes to the worker (or we close)."""
+        """Handle ``frames`` in order, until one goes to the worker, reading is held
+        (:meth:`hold_reading`) or we close."""
         frames = iter(frames)
         inline_max = self._inline_max
         for payload in frames:
+            if self._holds:
+                # A handler held reading (hold_reading): the rest waits for its release.
+                behind = [payload, *frames]
+                self._behind.extendleft(reversed(behind))
+                self._held_bytes += sum(map(len, behind))
+                return
             if inline_max and len(payload) > inline_max:
                 self._decode_off_loop(payload, frames)
                 return
@@ -256,10 +266,56 @@ class Connection(asyncio.Protocol):
         if self._limiter is not None and not self._closing:
             self._limiter.received(self, 0, self._loop.time())
 
+    def hold_reading(self) -> Callable[[], None]:
+        """Handle nothing more from the peer until the returned release is called.
+
+        For a handler whose work on a message goes on over several turns of the loop
+        (the master adopting a big re-registration a chunk at a time): the peer's
+        next messages must not be handled before that work is done. Reading stops;
+        frames already received wait, in order, like those behind a frame decoded
+        off the loop. Holds compose with each other and with the other reasons
+        reading stops (``write_paused``, a frame on the worker): reading resumes when
+        none is left. The release is idempotent and must be called on the loop; the
+        frames that waited are handled on the loop's next turn, not inside it.
+        """
+        self._holds += 1
+        if self._transport is not None:
+            self._transport.pause_reading()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._holds -= 1
+            if not self._holds:
+                self._loop.call_soon(self._unheld)
+
+        return release
+
+    def _unheld(self) -> None:
+        """The last hold was released: handle what waited, then read again."""
+        if self._holds or self._decoding is not None or self._transport is None or self._closing:
+            return  # held again, decoding (its end serves what waits), or gone
+        behind, self._behind = self._behind, deque()
+        self._held_bytes -= sum(map(len, behind))
+        self._serve(behind)
+        if self._decoding is None:
+            self._resume_reading()
+        if self._limiter is not None and not self._closing:
+            self._limiter.received(self, 0, self._loop.time())
+
     def _resume_reading(self) -> None:
         """Read again, unless something else still holds reading back."""
         transport = self._transport
-        if transport is not None and not self._closing and not self.write_paused and self._decoding is None:
+        if (
+            transport is not None
+            and not self._closing
+            and not self.write_paused
+            and self._decoding is None
+            and not self._holds
+        ):
             transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -299,8 +355,9 @@ class Connection(asyncio.Protocol):
 
     @property
     def pending_input(self) -> int:
-        """Bytes received from the peer and not served yet: an incomplete frame, and a
-        big frame being decoded off the loop with those that came behind it."""
+        """Bytes received from the peer and not served yet: an incomplete frame, a
+        big frame being decoded off the loop with those that came behind it, and
+        frames waiting while reading is held."""
         return self._decoder.pending + self._held_bytes
 
     @property
