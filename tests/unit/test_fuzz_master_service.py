@@ -67,7 +67,7 @@ from mezzo.master.records import AgentTag, FrameworkTag
 from mezzo.master.service import STATISTICS_MAX_CHARS
 from mezzo.master.state_view import render_state
 from mezzo.plugins import load_plugins
-from mezzo.services import MASTER
+from mezzo.services import MASTER, TOOL
 
 from ..fuzz_known_bugs import known_bug
 from ..thrift_strategies import Known, WireMemory, as_received, call_args, knowing, unique
@@ -121,6 +121,12 @@ class FuzzLink:
 
     def remote(self, schema):
         return _EncodingStub(self, schema)
+
+    def send(self, message: bytes) -> None:
+        """A frame the master encoded itself: only its answers to tools go this way
+        (``mezzo state``, :meth:`ServiceSchema.encode_with_text`)."""
+        method, args = TOOL.decode(message[4:])  # raises if it is not a sound call
+        self.memory.record(TOOL, method, args)
 
     def close(self) -> None:
         self.closed = True
