@@ -99,23 +99,26 @@ class Backoff:
             steps += 1
         self._steps = steps
 
-    def ceiling(self, attempt: int) -> float:
-        """The longest delay of attempt ``attempt`` (0 first): ``min(cap, initial * factor**attempt)``."""
-        if attempt >= self._steps:
-            return self.cap
-        return min(self.cap, self.initial * self.factor ** max(attempt, 0))
+    def ceiling(self, attempt: int, scale: float = 1.0) -> float:
+        """The longest delay of attempt ``attempt`` (0 first): ``min(cap, scale * initial * factor**attempt)``.
 
-    def delay(self, attempt: int) -> float:
+        ``scale`` (at least 1) stretches the schedule for a peer known to be slow
+        (:class:`~mezzo.round_trip.RoundTripEstimate`); the cap still holds."""
+        if attempt >= self._steps:
+            return self.cap  # with scale >= 1 the cap is reached no later
+        return min(self.cap, max(scale, 1.0) * self.initial * self.factor ** max(attempt, 0))
+
+    def delay(self, attempt: int, scale: float = 1.0) -> float:
         """A fresh draw for attempt ``attempt`` (0 first), without touching :attr:`attempts`.
 
         For callers that keep many retries' attempt counters themselves and share one
         policy (the emulated agents' status updates)."""
-        top = self.ceiling(attempt)
+        top = self.ceiling(attempt, scale)
         return top * (1.0 - self.jitter * self._random())
 
-    def next(self) -> float:
+    def next(self, scale: float = 1.0) -> float:
         """The delay before the next attempt; each call moves one attempt further."""
-        wait = self.delay(self.attempts)
+        wait = self.delay(self.attempts, scale)
         self.attempts += 1
         return wait
 

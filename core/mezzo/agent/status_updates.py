@@ -28,6 +28,12 @@ Semantics (at-least-once, as in Apache Mesos):
   after a failover every agent's updates go out together. It is also re-sent at
   once after the agent re-registers (the master may have failed over and never
   seen it), which starts its backoff again.
+- The schedule stretches for a master that answers slowly: the manager keeps a
+  :class:`~mezzo.round_trip.RoundTripEstimate` of the time from an update's first
+  send to its acknowledgement, and while that estimate's timeout ``T`` is above
+  ``retry`` every wait is ``T / retry`` times longer (first ``T``-``2T``, capped as
+  above). A master whose queue holds seconds of work then sees no resends of
+  updates it has merely not reached yet.
 - An acknowledgement whose uuid is not the one in flight (a duplicate, or for an
   update already taken over) is ignored.
 - Once the terminal update of a task is acknowledged the stream ends and
@@ -57,6 +63,7 @@ import structlog
 
 from .. import is_terminal, state_name
 from ..backoff import Backoff
+from ..round_trip import RoundTripEstimate
 from ..wire.ttypes import TaskStatus
 from .checkpoint.replay import SEEN_KEPT
 
@@ -73,11 +80,21 @@ StreamKey = tuple[str, str]
 class StatusUpdateStream:
     """The ordered, acknowledged updates of one task."""
 
-    def __init__(self, key: StreamKey, send: Callable[[TaskStatus], bool], retry: float) -> None:
+    def __init__(
+        self,
+        key: StreamKey,
+        send: Callable[[TaskStatus], bool],
+        retry: float,
+        round_trip: RoundTripEstimate | None = None,
+    ) -> None:
         self.key = key
         self._send = send
-        first = 2 * max(retry, 0.001)  # the ceiling of the first wait; its floor is ``retry``
+        self._retry = max(retry, 0.001)
+        first = 2 * self._retry  # the ceiling of the first wait; its floor is ``retry``
         self._backoff = Backoff(first, max(MAX_RETRY_INTERVAL, first))
+        self._round_trip = round_trip
+        self._sent_at: float | None = None
+        """When the update in flight was first sent, while its round trip may be observed."""
         self._pending: deque[TaskStatus] = deque()
         self._uuids: set[str] = set()
         """Uuids of the most recent updates (at most :data:`SEEN_KEPT`, see there)..."""
@@ -131,7 +148,7 @@ class StatusUpdateStream:
         if is_terminal(status.state):
             self.terminal_queued = True
         if len(self._pending) == 1:
-            self._transmit()
+            self._transmit(first=True)
         return True
 
     def acknowledge(self, uuid: str) -> bool:
@@ -142,12 +159,15 @@ class StatusUpdateStream:
         self._pending_uuids.discard(self._pending.popleft().uuid)
         self._cancel_timer()
         self._backoff.reset()
+        if self._sent_at is not None and self._round_trip is not None:
+            self._round_trip.observe(time.monotonic() - self._sent_at)
+        self._sent_at = None
         if is_terminal(head.state):
             self.ended = True
             self._pending.clear()
             self._pending_uuids.clear()
         elif self._pending:
-            self._transmit()
+            self._transmit(first=True)
         return True
 
     def resend(self) -> None:
@@ -155,6 +175,7 @@ class StatusUpdateStream:
         if self._pending:
             self._cancel_timer()
             self._backoff.reset()
+            self._sent_at = None  # its first send may have gone to a master now gone
             self._transmit()
 
     def restore(self, pending: list[TaskStatus], seen: set[str], latest: TaskStatus | None) -> None:
@@ -176,11 +197,16 @@ class StatusUpdateStream:
         self._pending.clear()
         self._pending_uuids.clear()
 
-    def _transmit(self) -> None:
+    def _transmit(self, *, first: bool = False) -> None:
+        """Send the update in flight and arm its resend. ``first``: its first send over
+        a link the master has been answering on, so its round trip may be observed."""
         self._send(self._pending[0])
-        self._timer = asyncio.get_running_loop().call_later(self._backoff.next(), self._retry)
+        if first:
+            self._sent_at = time.monotonic()
+        scale = 1.0 if self._round_trip is None else self._round_trip.timeout / self._retry
+        self._timer = asyncio.get_running_loop().call_later(self._backoff.next(scale), self._resend_due)
 
-    def _retry(self) -> None:
+    def _resend_due(self) -> None:
         self._timer = None
         if not self._pending:
             return
@@ -215,6 +241,10 @@ class StatusUpdateManager:
         self._agent_id = agent_id
         self._retry = retry
         self._on_stream_end = on_stream_end
+        self.round_trip = RoundTripEstimate(
+            floor=max(retry, 0.001), ceiling=max(MAX_RETRY_INTERVAL / 2, retry)
+        )
+        """How long the master takes to acknowledge an update; stretches every stream's resends."""
         self._journal = journal if journal is not None and journal.enabled else None
         self._record = self._journal.update if self._journal is not None else None
         self.streams: dict[StreamKey, StatusUpdateStream] = {}
@@ -234,7 +264,7 @@ class StatusUpdateManager:
         key = (status.framework_id, status.task_id)
         stream = self.streams.get(key)
         if stream is None:
-            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry)
+            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry, self.round_trip)
         return status if stream.add(status, self._record) else None
 
     def acknowledge(self, framework_id: str, task_id: str, uuid: str) -> bool:
@@ -266,7 +296,7 @@ class StatusUpdateManager:
         """Rebuild the stream of ``key`` from a checkpoint (nothing is journaled again)."""
         stream = self.streams.get(key)
         if stream is None:
-            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry)
+            stream = self.streams[key] = StatusUpdateStream(key, self._send, self._retry, self.round_trip)
         stream.restore(pending, seen, latest)
         return stream
 

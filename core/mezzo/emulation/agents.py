@@ -37,6 +37,7 @@ import structlog
 from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import peer_address
 from ..resources import Resources
+from ..round_trip import RoundTripEstimate
 from ..rpc import Connection, connect
 from ..services import AGENT, MASTER
 from ..wire.ttypes import AgentInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
@@ -46,7 +47,8 @@ log = structlog.get_logger("mezzo.emulation", component="emulated-agent")
 _SLEEP = re.compile(r"^\s*sleep\s+([0-9.]+)\s*$")
 FIRST_RETRY_SECONDS = 1.0
 """An unacknowledged update is sent again after 1-2 times this long, then 2-4 times, ...
-(jittered, as a real agent does with ``agent.status_update_retry``)."""
+(jittered, as a real agent does with ``agent.status_update_retry``), stretched while the
+master is slower than that to acknowledge (the pool's ``round_trip``, as a real agent's)."""
 MAX_RETRY_SECONDS = 30.0
 """The longest wait between two sends of an unacknowledged update (as a real agent's)."""
 RETRY_SCAN_SECONDS = 0.25
@@ -133,7 +135,7 @@ class EmulatedAgent:
         kills them, and forget the id (the caller registers anew)."""
         self.pool.running -= len(self.tasks)
         for key in list(self.unacked):
-            self.pool.acknowledged(self, key)
+            self.pool.withdraw(self, key)
         self.tasks.clear()
         self.ending.clear()
         self.latest.clear()
@@ -205,7 +207,7 @@ class EmulatedAgent:
     def _start(self, key: tuple[str, str], status: TaskStatus) -> None:
         self.unacked[key] = status
         self._send(status)
-        self.pool.retry_later(self, key)
+        self.pool.retry_later(self, key, first=True)
 
     def _send(self, status: TaskStatus) -> None:
         link = self.link
@@ -430,7 +432,9 @@ class EmulatedAgentPool:
         self.takeover_backoff = Backoff(min(TAKEOVER_RETRY_SECONDS, interval), interval)
         self.update_backoff = Backoff(2 * FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS)
         """Waits between sends of an unacknowledged update: the n-th between ``FIRST_RETRY_SECONDS
-        * 2**n`` and twice that, at most ``MAX_RETRY_SECONDS`` (as a real agent's)."""
+        * 2**n`` and twice that, at most ``MAX_RETRY_SECONDS`` (as a real agent's)..."""
+        self.round_trip = RoundTripEstimate(FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS / 2)
+        """... stretched by how long the master takes to acknowledge (as a real agent's)."""
         self.stopping = False
         self.updates_sent = 0
         self.running = 0
@@ -450,7 +454,8 @@ class EmulatedAgentPool:
         self._retry_task: asyncio.Task | None = None
         self._redials: set[asyncio.Task] = set()
         self._retries: dict[tuple[EmulatedAgent, tuple[str, str]], list[float]] = {}
-        """Updates in flight: (agent, task key) -> [when to resend, resends so far]."""
+        """Updates in flight: (agent, task key) -> [when to resend, sends so far, when first
+        sent (-1 when its round trip is not to be observed)]."""
 
     @property
     def registered_count(self) -> int:
@@ -510,12 +515,22 @@ class EmulatedAgentPool:
         self._redials.add(task)
         task.add_done_callback(self._redials.discard)
 
-    def retry_later(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
-        """Resend ``agent``'s in-flight update of ``key`` unless acknowledged in time."""
-        self._retries[(agent, key)] = [time.monotonic() + self.update_backoff.delay(0), 1]
+    def retry_later(self, agent: EmulatedAgent, key: tuple[str, str], *, first: bool = False) -> None:
+        """Resend ``agent``'s in-flight update of ``key`` unless acknowledged in time.
+        ``first``: just sent for the first time, so its round trip may be observed (not
+        so an update sent again after re-registration)."""
+        now = time.monotonic()
+        scale = self.round_trip.timeout / FIRST_RETRY_SECONDS
+        self._retries[(agent, key)] = [now + self.update_backoff.delay(0, scale), 1, now if first else -1.0]
+
+    def withdraw(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
+        """Stop resending an update that will never be acknowledged (its agent started over)."""
+        self._retries.pop((agent, key), None)
 
     def acknowledged(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
-        self._retries.pop((agent, key), None)
+        retry = self._retries.pop((agent, key), None)
+        if retry is not None and retry[2] >= 0:
+            self.round_trip.observe(time.monotonic() - retry[2])
 
     async def _retry_loop(self) -> None:
         # One scan of the updates in flight, rather than a timer per update: at
@@ -532,7 +547,8 @@ class EmulatedAgentPool:
                     del self._retries[(agent, key)]
                     continue
                 agent._send(status)
-                due[0] = now + self.update_backoff.delay(int(due[1]))
+                scale = self.round_trip.timeout / FIRST_RETRY_SECONDS
+                due[0] = now + self.update_backoff.delay(int(due[1]), scale)
                 due[1] += 1
 
     async def stop(self) -> None:
