@@ -12,8 +12,9 @@ Usage::
 What it does, by the message flows of ``docs/protocol.md``:
 
 - Registration. Dials the master and calls ``register_agent``; the master answers
-  ``registered(agent_id)``. A lost connection is re-dialled every
-  ``reconnect_interval`` and followed by ``reregister_agent`` carrying every task
+  ``registered(agent_id)``. A lost connection is re-dialled, backing off with
+  jitter from ``reconnect_interval`` up to 10 s (:mod:`mezzo.backoff`), and
+  followed by ``reregister_agent`` carrying every task
   the agent holds, the latest status of each, the executors running and the
   frameworks they belong to, so a master that failed over rebuilds its state
   from us. ``agent.master`` may be ``zk://...``: the link then follows the
