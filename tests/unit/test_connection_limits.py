@@ -454,6 +454,33 @@ def test_each_new_incomplete_frame_gets_its_own_clock():
     run(main())
 
 
+def test_the_incomplete_frame_clock_waits_while_we_hold_reading():
+    # A handler working over many turns (a big re-registration adopted in chunks) or a
+    # frame on the decode worker stops reading; the frame the peer is in the middle of
+    # sending is then late because of us, and must not cost the peer its connection.
+    async def main():
+        clock = Clock(asyncio.get_running_loop())
+        server = Server(partial_frame_timeout=30.0, first_frame_timeout=0, unregistered_idle_timeout=0)
+        conn, t = server.connect()
+        one, two = msg("kill_task", "fw", "one"), msg("kill_task", "fw", "two")
+        conn.data_received(one + two[:10])
+        assert conn.reading_held is False
+        release = conn.hold_reading()
+        assert conn.reading_held and server.limiter.partial_bytes == 10
+        clock.now += 100
+        server.limiter.sweep(clock.now)
+        assert not t.aborted  # 100 s incomplete, all of it while we held reading
+        release()
+        await turns()
+        assert t.reading and not conn.reading_held
+        server.limiter.sweep(clock.now + 29)
+        assert not t.aborted  # a whole timeout again from the release
+        server.limiter.sweep(clock.now + 31)
+        assert t.aborted and server.limiter.closed["partial_frame_timeout"] == 1
+
+    run(main(), timeout=10_000)  # the fake clock jumps 100 s, past a 5 s bound
+
+
 def test_incomplete_frames_over_the_budget_drop_the_oldest_holders():
     async def main():
         clock = Clock(asyncio.get_running_loop())

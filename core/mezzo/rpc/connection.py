@@ -245,6 +245,7 @@ class Connection(asyncio.Protocol):
             self._transport.pause_reading()
         if self._limiter is not None:
             self._limiter.received(self, 0, self._loop.time())
+            self._limiter.reading_held(self)
 
     def _decoded(self, result: Decoded) -> None:
         """The worker's answer for the big frame (on the loop): handle it, then what waited."""
@@ -263,8 +264,7 @@ class Connection(asyncio.Protocol):
             self._serve(behind)
         if self._decoding is None:
             self._resume_reading()
-        if self._limiter is not None and not self._closing:
-            self._limiter.received(self, 0, self._loop.time())
+        self._account_resumed()
 
     def hold_reading(self) -> Callable[[], None]:
         """Handle nothing more from the peer until the returned release is called.
@@ -281,6 +281,8 @@ class Connection(asyncio.Protocol):
         self._holds += 1
         if self._transport is not None:
             self._transport.pause_reading()
+        if self._limiter is not None:
+            self._limiter.reading_held(self)
         released = False
 
         def release() -> None:
@@ -303,8 +305,17 @@ class Connection(asyncio.Protocol):
         self._serve(behind)
         if self._decoding is None:
             self._resume_reading()
-        if self._limiter is not None and not self._closing:
-            self._limiter.received(self, 0, self._loop.time())
+        self._account_resumed()
+
+    def _account_resumed(self) -> None:
+        """Tell the limiter what is still pending once held frames were served, and
+        restart the incomplete frame's clock if this side reads again."""
+        if self._limiter is None or self._closing:
+            return
+        now = self._loop.time()
+        self._limiter.received(self, 0, now)
+        if not self.reading_held:
+            self._limiter.reading_released(self, now)
 
     def _resume_reading(self) -> None:
         """Read again, unless something else still holds reading back."""
@@ -352,6 +363,12 @@ class Connection(asyncio.Protocol):
         self._limiter.write_resumed(self, self._loop.time())
 
     # -- what is held ------------------------------------------------------
+
+    @property
+    def reading_held(self) -> bool:
+        """True while this side stopped reading for its own reasons: a frame on the
+        decode worker, or a handler's :meth:`hold_reading`."""
+        return self._decoding is not None or self._holds > 0
 
     @property
     def pending_input(self) -> int:

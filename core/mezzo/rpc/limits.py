@@ -19,7 +19,9 @@ and never finish it, ask and never read the answers. One
   ``first_frame_timeout`` of being accepted; one whose peer never registered
   (``conn.tag`` is None: the master's FrameworkTag/AgentTag, an agent's
   ExecutorRun) and sent nothing for ``unregistered_idle_timeout``; one holding an
-  incomplete frame for ``partial_frame_timeout``: closed. A tool (``mezzo state``)
+  incomplete frame for ``partial_frame_timeout`` (counted only while we read from
+  it: not while its reply backlog, a frame on the decode worker or a handler holds
+  reading back): closed. A tool (``mezzo state``)
   asks at once and leaves once answered; a connection with output still waiting
   for its peer is never idle.
 - **Memory read.** The bytes held in incomplete frames over all connections stay
@@ -341,7 +343,11 @@ class ConnectionLimiter:
             self._partials.pop(conn, None)
             return
         self._held[conn] = pending
-        if (frames or not held) and not conn.write_paused:
+        if conn.write_paused or conn.reading_held:
+            # We stopped reading (a slow reader, a frame on the decode worker, a
+            # handler's hold): what is incomplete waits for us, not for the peer.
+            self._partials.pop(conn, None)
+        elif frames or not held:
             # A new incomplete frame began in this chunk: its clock starts now.
             self._partials.pop(conn, None)
             self._partials[conn] = now
@@ -363,6 +369,17 @@ class ConnectionLimiter:
         self._stalled.pop(conn, None)
         if conn in self._held:
             self._partials[conn] = now  # the incomplete frame gets a whole timeout again
+
+    def reading_held(self, conn: Connection) -> None:
+        """``conn`` stopped reading for this side's own reasons (a frame on the decode
+        worker, a handler's hold): its incomplete frame's clock stops meanwhile."""
+        self._partials.pop(conn, None)
+
+    def reading_released(self, conn: Connection, now: float) -> None:
+        """``conn`` reads again after :meth:`reading_held`: an incomplete frame gets a
+        whole timeout from now."""
+        if conn in self._held and not conn.write_paused and conn not in self._partials:
+            self._partials[conn] = now
 
     def closing(self, conn: Connection, now: float) -> None:
         """``conn`` closed gracefully with output its peer has yet to read."""
