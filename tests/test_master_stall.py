@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
+from mezzo.services import MASTER
 from mezzo.state_client import fetch_metrics
 
 from .conftest import Recorder, one_task, wait_for
@@ -44,3 +46,26 @@ def test_a_master_stopped_past_the_ping_timeout_loses_no_agent_and_no_task(make_
     metrics = fetch_metrics(cluster.master)
     assert metrics["loop_stalls"] >= 1 and metrics["loop_stalled_seconds"] >= 2.5
     assert metrics["agent_removals_deferred"] == 0  # not even tempted
+
+
+def test_a_tool_that_connected_just_before_the_master_froze_is_not_closed_as_silent(make_cluster):
+    # first_frame_timeout is 1 s and the master is stopped for 3: by the wall clock the
+    # connection made just before is long silent when the master wakes; by the time
+    # the master could listen, it is not. Its request, sent after the master's
+    # connection sweep has run again, is answered.
+    cluster = make_cluster(0, master=HEALTH, tables={"master.connections": {"first_frame_timeout": 1.0}})
+    host, port = cluster.master.rsplit(":", 1)
+    master = cluster.procs["master"].pid
+    with socket.create_connection((host, int(port)), timeout=10) as tool:
+        time.sleep(0.2)
+        os.kill(master, signal.SIGSTOP)
+        try:
+            time.sleep(3.0)
+        finally:
+            os.kill(master, signal.SIGCONT)
+        time.sleep(0.5)  # sweeps run every quarter of first_frame_timeout
+        tool.sendall(MASTER.encode("request_metrics", (7,), {}))  # framed already
+        answer = tool.recv(65536)
+    assert answer, "the master closed the connection as silent"
+    assert fetch_metrics(cluster.master)["connections"]["closed"]["first_frame_timeout"] == 0
+

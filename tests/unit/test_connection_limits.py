@@ -239,9 +239,11 @@ class Handler:
 class Server:
     """One limiter, a handler, and connections made against fake transports."""
 
-    def __init__(self, max_frame: int = 16 * 1024 * 1024, nofile=lambda: 20_000, **settings) -> None:
+    def __init__(
+        self, max_frame: int = 16 * 1024 * 1024, nofile=lambda: 20_000, stalls=None, **settings
+    ) -> None:
         self.settings = ConnectionsConfig(**settings)
-        self.limiter = ConnectionLimiter(self.settings, max_frame=max_frame, nofile=nofile)
+        self.limiter = ConnectionLimiter(self.settings, max_frame=max_frame, nofile=nofile, stalls=stalls)
         self.handler = Handler()
         self.max_frame = max_frame
 
@@ -479,6 +481,60 @@ def test_the_incomplete_frame_clock_waits_while_we_hold_reading():
         assert t.aborted and server.limiter.closed["partial_frame_timeout"] == 1
 
     run(main(), timeout=10_000)  # the fake clock jumps 100 s, past a 5 s bound
+
+
+class Stall:
+    """A stall clock whose loop could not run between ``start`` and ``end`` (loop times)."""
+
+    def __init__(self, clock: Clock, start: float, end: float, running: bool = True) -> None:
+        self.clock, self.start, self.end, self.running = clock, start, end, running
+        self.samples = 0
+
+    def sample(self) -> None:
+        self.samples += 1
+
+    def listened_since(self, then: float) -> float:
+        now = self.clock.now
+        overlap = max(0.0, min(now, self.end) - max(then, self.start))
+        return now - then - overlap
+
+
+def test_timeouts_count_only_time_the_loop_could_run():
+    # A tool connects just before the master's loop is held for 100 s (a saturated
+    # loop, a SIGSTOP): silent, idle and incomplete only because nobody listened.
+    async def main():
+        clock = Clock(asyncio.get_running_loop())
+        stall = Stall(clock, clock.now + 1, clock.now + 101)
+        server = Server(
+            stalls=stall, first_frame_timeout=10.0, partial_frame_timeout=10.0, unregistered_idle_timeout=10.0
+        )
+        silent, t_silent = server.connect(("10.0.0.1", 1))
+        partial, t_partial = server.connect(("10.0.0.2", 2))
+        partial.data_received(msg("kill_task", "fw", "x") + msg("kill_task", "fw", "y")[:10])
+        clock.now += 105  # 100 s of them stalled: 5 s listened
+        server.limiter.sweep(clock.now)
+        assert stall.samples == 1  # the clock is asked to account for a stall just ended
+        assert not (t_silent.closing or t_partial.closing)
+        clock.now += 5.5  # 10.5 s listened
+        server.limiter.sweep(clock.now)
+        assert t_silent.aborted and t_partial.aborted
+        assert server.limiter.closed["first_frame_timeout"] == 1
+        assert server.limiter.closed["partial_frame_timeout"] == 1
+
+    run(main(), timeout=10_000)  # the fake clock jumps past the 5 s bound
+
+
+def test_without_a_running_stall_clock_timeouts_use_the_loop_time():
+    async def main():
+        clock = Clock(asyncio.get_running_loop())
+        stall = Stall(clock, clock.now, clock.now + 1000, running=False)  # a standby master
+        server = Server(stalls=stall, first_frame_timeout=10.0)
+        _, t = server.connect()
+        clock.now += 10.5
+        server.limiter.sweep(clock.now)
+        assert t.aborted and stall.samples == 0
+
+    run(main(), timeout=10_000)
 
 
 def test_incomplete_frames_over_the_budget_drop_the_oldest_holders():

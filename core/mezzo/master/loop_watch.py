@@ -71,6 +71,11 @@ class LoopWatch:
             self._last = self._clock.now()  # time before the start was not listened to, nor a stall
             self._timer = self._clock.call_later(TICK, self._tick)
 
+    @property
+    def running(self) -> bool:
+        """Between :meth:`start` and :meth:`stop`: only then is the listening clock kept."""
+        return self._timer is not None
+
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -116,10 +116,6 @@ class Master:
             saturated=lambda: self.loop_watch.saturated(),
         )
         self._server: Listener | None = None
-        self.connection_limiter = ConnectionLimiter(
-            config.connections, max_frame=config.max_frame_bytes, logger=log
-        )
-        """Bounds on the peers of the master's port (``[master.connections]``, :mod:`mezzo.rpc.limits`)."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,8 +123,12 @@ class Master:
             self.clock,
             history=max(120.0, 4 * config.agent_ping_timeout, 1.5 * config.framework_idle_timeout),
         )
-        """The master's own stalls (:mod:`.loop_watch`), which health checks and call
-        rates never charge to agents and frameworks."""
+        """The master's own stalls (:mod:`.loop_watch`), which health checks, call
+        rates and connection timeouts never charge to agents and frameworks."""
+        self.connection_limiter = ConnectionLimiter(
+            config.connections, max_frame=config.max_frame_bytes, logger=log, stalls=self.loop_watch
+        )
+        """Bounds on the peers of the master's port (``[master.connections]``, :mod:`mezzo.rpc.limits`)."""
         self.term = self.new_term()
         self.gate.serve(self.term.service)
 

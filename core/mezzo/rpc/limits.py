@@ -39,6 +39,13 @@ and never finish it, ask and never read the answers. One
   paused, or while closing with output pending (a graceful close waits for the
   peer to read), is aborted.
 
+Whose time: with a ``stalls`` clock (the master passes its
+:class:`~mezzo.master.loop_watch.LoopWatch`), every timeout counts only time the
+server's event loop was able to run. A master whose loop was held for 25 s (a
+saturated loop at twice its capacity, a SIGSTOP, a CPU hog) would otherwise close
+the tool that connected just before as silent for ``first_frame_timeout``, for a
+silence that was its own.
+
 Cost: no timer per connection. One sweep runs every :func:`sweep_interval` seconds
 while the server has connections, and looks only at connections that can be due:
 those awaiting their first frame and those holding an incomplete frame sit in
@@ -104,6 +111,20 @@ _MESSAGES = {
     "write_buffer_max": "closing a connection: its peer does not read and write_buffer_max bytes wait for it",
     "write_stall_timeout": "closing a connection: its peer read nothing for write_stall_timeout",
 }
+
+
+class StallClock(Protocol):
+    """The server's own stalls (:class:`mezzo.master.loop_watch.LoopWatch`)."""
+
+    @property
+    def running(self) -> bool:
+        """Whether it is watching now (a master watches its loop while it leads)."""
+
+    def sample(self) -> None:
+        """Account for the time since the clock last looked (a stall just ended)."""
+
+    def listened_since(self, then: float) -> float:
+        """Seconds since loop time ``then`` that the loop was able to run."""
 
 
 class LimitSettings(Protocol):
@@ -245,8 +266,10 @@ class ConnectionLimiter:
         max_frame: int = DEFAULT_MAX_FRAME,
         logger: Any = None,
         nofile: Callable[[], int] = open_file_limit,
+        stalls: StallClock | None = None,
     ) -> None:
         self.settings = settings
+        self._stalls = stalls
         self._log = logger if logger is not None else log
         self._nofile = nofile
         self.partial_budget = max(settings.partial_frames_max_bytes, max_frame)
@@ -413,26 +436,30 @@ class ConnectionLimiter:
             self._timer = loop.call_later(self.interval, self._tick, loop)
 
     def sweep(self, now: float) -> None:
-        """Close every connection past one of its timeouts at loop time ``now``."""
+        """Close every connection past one of its timeouts at loop time ``now``
+        (counting only time the loop could run, with a ``stalls`` clock)."""
         s = self.settings
+        elapsed = self._elapsed(now)
+        # Each dict is ordered by start time and elapsed() falls as the start grows,
+        # so each scan stops at the first connection not yet due.
         if s.first_frame_timeout > 0:
-            due = now - s.first_frame_timeout
             while self._awaiting_first:
                 conn, since = next(iter(self._awaiting_first.items()))
-                if since > due:
+                waited = elapsed(since)
+                if waited < s.first_frame_timeout:
                     break
-                self._drop("first_frame_timeout", conn, now, seconds=round(now - since, 1))
+                self._drop("first_frame_timeout", conn, now, seconds=round(waited, 1))
         if s.partial_frame_timeout > 0:
-            due = now - s.partial_frame_timeout
             while self._partials:
                 conn, since = next(iter(self._partials.items()))
-                if since > due:
+                waited = elapsed(since)
+                if waited < s.partial_frame_timeout:
                     break
                 self._drop(
                     "partial_frame_timeout",
                     conn,
                     now,
-                    seconds=round(now - since, 1),
+                    seconds=round(waited, 1),
                     incomplete_bytes=self._held.get(conn, 0),
                 )
         if s.write_stall_timeout > 0 and self._stalled:
@@ -440,15 +467,31 @@ class ConnectionLimiter:
                 sent = conn.bytes_sent
                 if sent > taken:
                     self._stalled[conn] = (sent, now)  # slow is fine; stopped is not
-                elif now - since >= s.write_stall_timeout:
+                elif elapsed(since) >= s.write_stall_timeout:
                     self._drop("write_stall_timeout", conn, now, unsent=conn.unsent_bytes())
         if s.unregistered_idle_timeout > 0 and now >= self._next_idle_scan:
             self._next_idle_scan = now + max(self.interval, s.unregistered_idle_timeout / 4)
-            due = now - s.unregistered_idle_timeout
-            for conn in [c for c in self.conns if c.tag is None and c.last_received <= due]:
+            due = now - s.unregistered_idle_timeout  # listened time is never more than wall time
+            idle = [
+                c
+                for c in self.conns
+                if c.tag is None
+                and c.last_received <= due
+                and elapsed(c.last_received) >= s.unregistered_idle_timeout
+            ]
+            for conn in idle:
                 if conn.is_open and not conn.write_paused and not conn.unsent_bytes():
                     self._count("unregistered_idle_timeout", conn, now)
                     conn.close()  # nothing waits for the peer: a graceful close ends at once
+
+    def _elapsed(self, now: float) -> Callable[[float], float]:
+        """Seconds from a loop time to ``now`` that count: all of them, or with a
+        ``stalls`` clock only those the loop could run."""
+        stalls = self._stalls
+        if stalls is None or not stalls.running:
+            return lambda since: now - since
+        stalls.sample()  # a stall that has just ended is ours, not the peers'
+        return stalls.listened_since
 
     # -- closing -----------------------------------------------------------------------
 
