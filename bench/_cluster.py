@@ -340,9 +340,10 @@ class EmulatedCluster:
             rss = int(f.read().split()[1]) * PAGE
         return cpu, rss
 
-    def sample(self) -> Sample:
+    def sample(self, timeout: float = 30.0) -> Sample:
+        """The counters now; ``timeout``: how long the master may take to answer."""
         cpu, rss = self.master_cpu_rss()
-        m = fetch_metrics(self.leader_address or self.address, timeout=30)
+        m = fetch_metrics(self.leader_address or self.address, timeout=timeout)
         return Sample(time.monotonic(), cpu, rss, m["messages_received"], m["messages_sent"], self.running)
 
     def check_alive(self) -> None:

@@ -35,6 +35,36 @@ def test_overload_at_a_toy_size_runs_both_conditions_and_judges_them():
     assert "within 20%" in out
 
 
+def test_capacity_at_toy_sizes_counts_throughput_and_judges_the_sweep():
+    out = run_bench("capacity.py", "--agents", "100,200", "--frameworks", "5", "--task-mean", "1",
+                    "--task-stddev", "0.2", "--settle", "1", "--window", "3", "--fill-timeout", "30")
+    assert "    100 agents: offered 200 tasks/s" in out and "    200 agents: offered 400 tasks/s" in out
+    assert out.count("updates per task") == 2
+    assert "capacity " in out or "no size was carried" in out  # the verdict line
+    assert '"finished_per_s": 0' not in out  # tasks of 1 s finished in the 3 s window
+
+
+def test_capacity_verdict_compares_twice_the_capacity_with_the_peak():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from capacity import verdict
+    finally:
+        sys.path.remove(str(BENCH))
+
+    def point(agents: int, finished: float, busy_min: float) -> dict:
+        return {"agents": agents, "finished_per_s": finished, "busy_min": busy_min}
+
+    held = [point(10, 100, 0.99), point(20, 200, 0.97), point(40, 170, 0.80)]
+    assert verdict(held) == (
+        "capacity 20 agents; at 40 agents the master carries 170 tasks/s, 85% of its peak 200 (target >= 80%)",
+        True,
+    )
+    collapsed = [point(10, 100, 0.99), point(20, 200, 0.97), point(40, 90, 0.40)]
+    assert verdict(collapsed)[1] is False
+    assert verdict([point(10, 100, 0.99), point(15, 150, 0.99)])[1] is None  # never past twice
+    assert verdict([point(10, 100, 0.5)])[1] is None  # nothing carried at all
+
+
 def test_throughput_at_a_toy_size_launches_every_task():
     out = run_bench("throughput.py", "--agents", "100", "--frameworks", "5", "--runs", "1")
     assert "fill run 1: 800 tasks RUNNING" in out
