@@ -227,6 +227,25 @@ def test_emulated_status_update_resends_follow_the_real_agents_schedule():
         assert all(top / 2 <= policy.delay(n) <= top for _ in range(50))
 
 
+def test_emulated_status_update_resends_wait_for_a_slow_master_like_a_real_agents():
+    pool = EmulatedAgentPool("127.0.0.1:5050", count=1)
+    agent, key = pool.agents[0], ("fw", "t")
+    pool.retry_later(agent, key, first=True)
+    due, _, sent = pool._retries[(agent, key)]
+    assert FIRST_RETRY_SECONDS * SLACK <= due - sent <= 2 * FIRST_RETRY_SECONDS  # the plain schedule
+    for _ in range(30):  # acknowledgements came back 3 s after their first send
+        pool.round_trip.observe(3.0)
+    pool.acknowledged(agent, key)  # observed too: a first send answered
+    assert pool.round_trip.samples == 31
+    pool.retry_later(agent, key, first=True)
+    due, _, sent = pool._retries[(agent, key)]
+    assert 3.0 * SLACK <= due - sent <= 2 * pool.round_trip.timeout
+    pool.withdraw(agent, key)  # an agent that started over: nothing observed
+    pool.retry_later(agent, key)  # re-sent after re-registration: never observed
+    pool.acknowledged(agent, key)
+    assert pool.round_trip.samples == 31
+
+
 def test_zookeeper_clients_retry_with_a_capped_jittered_backoff():
     from mezzo.zk import parse_zk_url
     from mezzo.zk.client import RETRY_CAP, new_client
