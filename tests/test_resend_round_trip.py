@@ -18,6 +18,7 @@ import threading
 
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
+from mezzo.state_client import fetch_metrics
 
 from .conftest import wait_for
 
@@ -102,3 +103,6 @@ def test_an_agent_stretches_its_resends_to_a_master_that_acknowledges_slowly(mak
     assert first >= 4, f"first wave: {first} resends"
     # 16 updates in the second wave; the plain schedule would re-send each twice or more.
     assert second <= 2, f"second wave: {second} resends (first wave: {first})"
+    # Every resend came while the scheduler's acknowledgement was pending: the master
+    # applied it but did not forward it again (mezzo.master.forwarded_updates).
+    assert fetch_metrics(cluster.master)["status_resends_not_forwarded"] >= first

@@ -86,6 +86,7 @@ class FrameworkLifecycle:
         scheduler = state.outbox.scheduler(link)
         scheduler.reregistered(record.id, address)
         held, record.held_updates = record.held_updates, {}
+        record.forwarded.clear()  # forwards to the old connection: resends go to this one
         for status in held.values():
             scheduler.status_update(status)
         state.request_allocation()

@@ -434,6 +434,7 @@ class Master:
             "state_snapshots": self.snapshots.forks,
             "state_snapshots_deferred": self.snapshots.deferred,
             "statistics_shed": term.service.statistics_shed,
+            "status_resends_not_forwarded": term.tasks.resends_not_forwarded,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
             "connections": self.connection_limiter.stats(),

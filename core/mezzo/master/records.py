@@ -13,6 +13,7 @@ from typing import Any
 
 from ..resources import Resources, _merge
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, Range, TaskInfo, TaskState
+from .forwarded_updates import ForwardedUpdates
 
 
 @dataclass(slots=True, eq=False)
@@ -36,6 +37,8 @@ class FrameworkRecord:
     held_updates: dict[str, Any] = field(default_factory=dict)
     """Status updates that arrived while no scheduler was connected, delivered when
     one is (keyed by uuid, or by task for the master's own; a retry replaces itself)."""
+    forwarded: ForwardedUpdates = field(default_factory=ForwardedUpdates)
+    """Updates sent to the scheduler and not yet acknowledged (resends are not sent again)."""
 
     @property
     def has_filters(self) -> bool:

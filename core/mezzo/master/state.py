@@ -248,6 +248,9 @@ class ClusterState:
         """Send ``status`` to the framework's scheduler, or hold it until one connects."""
         if framework.conn is not None:
             self.outbox.scheduler(framework.conn).status_update(status)
+            if status.uuid:
+                limit = 2 * len(framework.tasks)
+                framework.forwarded.note(status.uuid, framework.conn, self.clock.now(), limit)
         else:
             framework.held_updates[status.uuid or f"master:{status.task_id}"] = status
 

@@ -46,6 +46,9 @@ class TaskLifecycle:
         self.limits = launch_rules.TaskLimits(
             data_bytes=state.config.max_task_data_bytes, metadata_bytes=state.config.max_task_metadata_bytes
         )
+        self.resends_not_forwarded = 0
+        """Agents' resends of updates their scheduler has not acknowledged yet, not forwarded
+        again (:mod:`.forwarded_updates`)."""
 
     def launch(
         self, record: FrameworkRecord, offer_ids: list[str], tasks: list[TaskInfo], filters: Filters | None
@@ -142,7 +145,8 @@ class TaskLifecycle:
     def status_update(self, agent: AgentRecord, status: TaskStatus) -> None:
         """An update from ``agent`` (the caller stamped ``status.agent_id`` with it):
         recorded, a terminal one frees what the task held, and it goes on to the
-        framework's scheduler (held while none is connected). An update for a
+        framework's scheduler (held while none is connected; not again while a
+        forward of it awaits the scheduler's acknowledgement). An update for a
         framework that is gone is acknowledged here, so the agent stops retrying it."""
         state = self.state
         fid = status.framework_id
@@ -164,10 +168,19 @@ class TaskLifecycle:
             if status.uuid:
                 state.outbox.agent(agent.conn).status_update_acknowledged(fid, status.task_id, status.uuid)
             return
+        if (
+            status.uuid
+            and record.conn is not None
+            and record.forwarded.is_resend(status.uuid, record.conn, state.clock.now())
+        ):
+            # The scheduler has it, or has it queued: its acknowledgement is on its way.
+            self.resends_not_forwarded += 1
+            return
         state.tell_status(record, status)
 
     def acknowledge(self, record: FrameworkRecord, agent_id: str, task_id: str, uuid: str) -> None:
         """The scheduler acknowledged an update: the agent that sent it may forget it."""
+        record.forwarded.acknowledged(uuid)
         agent = self.state.agents.get(agent_id)
         if agent is not None and agent.conn is not None:
             self.state.outbox.agent(agent.conn).status_update_acknowledged(record.id, task_id, uuid)
