@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mezzo.resources import Resources
-from mezzo.rpc.codec import MalformedMessage, Remote
+from mezzo.rpc.codec import MalformedMessage, Remote, Utf8Text
 from mezzo.rpc.framing import FrameDecoder, frame
 from mezzo.services import AGENT, EXECUTOR, MASTER, SCHEDULER, TOOL
 from mezzo.wire import Agent, Executor, Master, Scheduler, Tool
@@ -359,6 +359,31 @@ def test_remote_typo_raises_attribute_error_without_sending():
 @pytest.mark.parametrize("method", ["state", "metrics", "statistics"])
 def test_a_call_encoded_with_its_text_spliced_in_is_the_call_encoded_whole(method, text):
     assert TOOL.encode_with_text(method, (42,), text.encode()) == TOOL.encode(method, (42, text), {})
+
+
+@pytest.mark.parametrize("text", ["", '{"agents": []}', "ünïcödé " * 500])
+@pytest.mark.parametrize("method", ["state", "metrics", "statistics"])
+def test_a_utf8_text_is_framed_in_place_once_then_copied(method, text):
+    whole = TOOL.encode(method, (42, text), {})
+    buffered = Utf8Text.of(text.encode())
+    first = TOOL.encode_with_text(method, (42,), buffered)
+    assert isinstance(first, memoryview), "the first framing copied the text"
+    assert first == whole
+    # A second framing (another requester, another id) must not touch the first message,
+    # which may still wait to be sent.
+    second = TOOL.encode_with_text(method, (7,), buffered)
+    assert isinstance(second, bytes)
+    assert second == TOOL.encode(method, (7, text), {})
+    assert first == whole
+    assert buffered.decode() == text
+
+
+def test_a_utf8_text_is_filled_through_its_view():
+    data = "état ☃".encode()
+    text = Utf8Text(len(data))
+    text.view()[:] = data
+    assert text.size == len(data) and text.decode() == "état ☃"
+    assert bytes(TOOL.encode_with_text("state", (1,), text)) == TOOL.encode("state", (1, "état ☃"), {})
 
 
 def test_only_a_call_ending_in_a_string_takes_a_spliced_text():

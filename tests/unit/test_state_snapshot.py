@@ -11,7 +11,10 @@ import time
 
 import pytest
 import structlog.testing
+from mezzo.master import state_snapshot
 from mezzo.master.state_snapshot import StateSnapshots
+from mezzo.rpc.codec import Utf8Text
+from mezzo.services import TOOL
 
 
 def run(coro, timeout: float = 10.0):
@@ -171,6 +174,142 @@ def test_without_fork_the_state_is_rendered_inline_and_synchronously():
     assert snaps.forks == 0
 
 
+# ----------------------------------------------------------- bytes end to end
+
+
+class Encoded:
+    """An encoded-reply callback recording the bytes of every answer it gets."""
+
+    def __init__(self) -> None:
+        self.texts: list[Utf8Text] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, text: Utf8Text) -> None:
+        self.texts.append(text)
+        self._changed.set()
+
+    async def wait(self, n: int = 1, timeout: float = 5.0) -> list[Utf8Text]:
+        while len(self.texts) < n:
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        return self.texts
+
+
+def test_an_encoded_request_gets_the_childs_utf8_ready_to_be_framed_in_place():
+    parent = os.getpid()
+    body = "état ☃ 状態 " * 200_000  # several MiB: many reads
+
+    def render() -> str:
+        return f"{os.getpid()}|{body}"
+
+    async def main():
+        snaps = StateSnapshots(render)
+        encoded, text = Encoded(), Replies()
+        snaps.request_encoded(encoded)
+        snaps.request(text)  # one snapshot for both kinds of requester
+        [got] = await encoded.wait()
+        [as_text] = await text.wait()
+        return snaps, got, as_text
+
+    snaps, got, as_text = run(main())
+    assert snaps.forks == 1
+    rendered = got.decode()
+    assert rendered == as_text
+    pid, _, rest = rendered.partition("|")
+    assert rest == body and int(pid) != parent
+    framed = TOOL.encode_with_text("state", (3,), got)
+    assert isinstance(framed, memoryview), "the answer was copied to be framed"
+    assert framed == TOOL.encode("state", (3, rendered), {})
+
+
+def test_without_fork_an_encoded_request_is_answered_at_once():
+    snaps = StateSnapshots(lambda: "inline ☃", use_fork=False)
+    got: list[Utf8Text] = []
+    snaps.request_encoded(got.append)
+    assert [t.decode() for t in got] == ["inline ☃"]
+
+
+def test_the_answer_is_copied_out_a_bounded_amount_per_turn(monkeypatch):
+    """The loop turns between two reads of the pipe, each of at most READ_MAX bytes:
+    no turn copies the whole answer."""
+    monkeypatch.setattr(state_snapshot, "READ_MAX", 64 * 1024)
+    body = "x" * (3 << 20)
+    reads: list[tuple[int, int]] = []  # (bytes asked for, turn)
+    real_readv = os.readv
+
+    def counting_readv(fd, buffers):
+        reads.append((sum(len(b) for b in buffers), turn))
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(os, "readv", counting_readv)
+    turn = 0
+
+    async def main():
+        nonlocal turn
+        loop = asyncio.get_running_loop()
+        ticking = True
+
+        def tick() -> None:
+            nonlocal turn
+            turn += 1
+            if ticking:
+                loop.call_soon(tick)
+
+        tick()
+        snaps = StateSnapshots(lambda: body)
+        replies = Replies()
+        snaps.request(replies)
+        [text] = await replies.wait()
+        ticking = False
+        return text
+
+    assert run(main()) == body
+    assert len(reads) >= (3 << 20) // (64 * 1024)
+    assert all(asked <= 64 * 1024 for asked, _ in reads)
+    turns = [t for _, t in reads]
+    assert len(set(turns)) == len(turns), "two reads of the pipe in one turn of the loop"
+
+
+def test_waiters_of_one_snapshot_are_answered_one_per_turn():
+    async def main():
+        loop = asyncio.get_running_loop()
+        snaps = StateSnapshots(pid_render(child_sleep=0.2))
+        turns: list[int] = []
+        turn = 0
+        ticking = True
+
+        def tick() -> None:
+            nonlocal turn
+            turn += 1
+            if ticking:
+                loop.call_soon(tick)
+
+        tick()
+        done = Replies()
+        for _ in range(3):
+            snaps.request(lambda text: turns.append(turn))
+        snaps.request(done)
+        await done.wait()
+        ticking = False
+        return turns
+
+    turns = run(main())
+    assert len(turns) == 3 and len(set(turns)) == 3, turns
+
+
+def test_close_drops_the_waiters_not_answered_yet():
+    async def main():
+        snaps = StateSnapshots(pid_render(child_sleep=0.1))
+        first, rest = Replies(), Replies()
+        snaps.request(lambda text: (first(text), snaps.close()))
+        snaps.request(rest)
+        await first.wait()
+        await asyncio.sleep(0.1)
+        return rest.texts
+
+    assert run(main()) == []
+
+
 # ----------------------------------------------------------- failures
 
 
@@ -247,6 +386,36 @@ def test_a_failing_child_falls_back_to_rendering_inline(how):
     assert a == b == [f"inline in {parent}"]
     assert snaps.forks == 1
     assert any("rendering inline" in e["event"] for e in logs), logs
+
+
+@pytest.mark.parametrize("how", ["cut short", "too long"])
+def test_a_child_writing_other_than_it_announced_falls_back_to_rendering_inline(monkeypatch, how):
+    """The child says how long its answer is: one cut short (or longer) is not sent."""
+    parent = os.getpid()
+    real_write_all = state_snapshot._write_all
+
+    def wrong_write_all(fd: int, data: bytes) -> None:
+        if len(data) == 8:  # the length
+            real_write_all(fd, data)
+        elif how == "cut short":
+            real_write_all(fd, data[: len(data) // 2])
+        else:
+            real_write_all(fd, data + b"!")
+
+    monkeypatch.setattr(state_snapshot, "_write_all", wrong_write_all)
+
+    async def main():
+        snaps = StateSnapshots(lambda: f"rendered in {os.getpid()} " + "y" * 100_000)
+        replies = Replies()
+        with structlog.testing.capture_logs() as logs:
+            snaps.request(replies)
+            [text] = await replies.wait()
+        return snaps, text, logs
+
+    snaps, text, logs = run(main())
+    assert text.startswith(f"rendered in {parent} ")
+    assert snaps.forks == 1
+    assert any("other than the answer it announced" in e["event"] for e in logs), logs
 
 
 def test_close_kills_a_rendering_child_and_answers_nobody(tmp_path):
