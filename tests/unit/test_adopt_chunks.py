@@ -171,3 +171,53 @@ def test_a_term_closed_midway_adopts_nothing_more(master):
     for _ in range(10):
         turn(master)
     assert len(agent.tasks) == adopted and not conn.called("reregistered")
+
+
+def test_on_a_real_loop_other_peers_are_served_between_two_chunks():
+    """Each chunk is a timer due now: a turn of the loop reads the I/O that is ready
+    before it, and the answers queued then (call_soon, like a connection's flush) go
+    out before the chunk after. Chunks asked for with call_soon ran before both: an
+    answer waited behind up to three of them."""
+    import asyncio
+    import socket
+
+    from mezzo.master.ports import LoopClock
+
+    async def scenario() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        m = Master(
+            MasterConfig(allocation_interval=0.01, recovery_hold_timeout=60, framework_recovery_timeout=60),
+            load_plugins(),
+            clock=LoopClock(),
+        )
+        m.lead()
+        try:
+            peer, ours = socket.socketpair()
+            seen: dict[str, int] = {}
+            conn = reregister(m, 8 * ADOPT_CHUNK)  # the first chunk is adopted in this call
+            agent = m.state.agents[AID]
+            first = len(agent.tasks)
+
+            def answered() -> None:
+                seen["answered"] = len(agent.tasks)
+
+            def read() -> None:  # another peer's request: read, answered on the next turn
+                ours.recv(1)
+                loop.remove_reader(ours.fileno())
+                seen["read"] = len(agent.tasks)
+                loop.call_soon(answered)
+
+            loop.add_reader(ours.fileno(), read)
+            peer.send(b"?")
+            while not conn.called("reregistered"):
+                await asyncio.sleep(0)
+            peer.close()
+            ours.close()
+            return first, seen["read"], seen["answered"]
+        finally:
+            m.term.close()
+
+    first, read, answered = asyncio.run(scenario())
+    assert first == ADOPT_CHUNK
+    assert read == first, "a chunk ran before the ready I/O was read"
+    assert answered <= first + ADOPT_CHUNK, "more than one chunk ran before the answer went out"

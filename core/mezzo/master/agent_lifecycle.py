@@ -45,10 +45,13 @@ OVERCOMMITTED = "agent_overcommitted"
 """``TaskStatus.reason`` of the kill updates of a task a re-registering agent reported
 that did not fit in what was left of the agent's total (see :meth:`AgentLifecycle._adopt`)."""
 
-ADOPT_CHUNK = 1000
+ADOPT_CHUNK = 250
 """The most tasks (and the most executors, and frameworks) of a re-registering agent's
-report adopted in one turn of the loop (:meth:`AgentLifecycle._adopt`): about 10 ms of
-work. A report of 150,000 tasks held the loop 3.8 s in one go."""
+report adopted in one turn of the loop (:meth:`AgentLifecycle._adopt`): 3 to 6 ms of
+work (10 to 26 µs a task in a real master, bench/message_stalls.py). A report of
+150,000 tasks held the loop 3.8 s in one go; chunks of 1,000 (10 to 35 ms each) still
+kept a peer's answer waiting up to 60 ms, behind the chunks run before the turn that
+read its request and before the turn that sent the answer."""
 
 
 class AgentLifecycle:
@@ -197,9 +200,9 @@ class AgentLifecycle:
 
     def _adopt_chunk(self, job: _Adoption) -> None:
         """Adopt the next :data:`ADOPT_CHUNK` items of ``job``'s report; then, if more
-        are left, hold the agent's link and come back on the loop's next turn, else
-        the agent is connected (:meth:`_adopted`). A job whose agent was removed or
-        whose link was lost or replaced meanwhile stops."""
+        are left, hold the agent's link and come back on the loop's next turn, once the
+        I/O ready by then is served, else the agent is connected (:meth:`_adopted`). A
+        job whose agent was removed or whose link was lost or replaced meanwhile stops."""
         job.timer = None
         agent = job.agent
         if (
@@ -214,7 +217,11 @@ class AgentLifecycle:
             return
         if job.release is _no_release:
             job.release = self.state.outbox.hold_reading(job.link)
-        job.timer = self.state.clock.call_soon(self._adopt_chunk, job)
+        # A timer due now, not call_soon: a turn of the loop runs the callbacks asked
+        # for with call_soon first, then those of the I/O that is ready, then the
+        # timers due. So what other peers sent meanwhile is read before the next
+        # chunk, and the answers it queued go out before the one after.
+        job.timer = self.state.clock.call_later(0, self._adopt_chunk, job)
 
     def _adopted(self, job: _Adoption) -> None:
         """The whole report is adopted: the agent is connected (offered from now on),
