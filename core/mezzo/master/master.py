@@ -202,7 +202,7 @@ class Master:
             agents,
             tasks,
             address=lambda: self.address,
-            render_state=self.snapshots.request,
+            render_state=self.snapshots.request_encoded,
             metrics=self.metrics,
             saturated=self.loop_watch.saturated,
             call_rates=CallRates(

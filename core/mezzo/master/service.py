@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
+from ..rpc.codec import Utf8Text
 from ..services import AGENT, SCHEDULER, TOOL
 from ..wire.ttypes import (
     AgentInfo,
@@ -86,7 +87,7 @@ class MasterService:
         tasks: TaskLifecycle,
         *,
         address: Callable[[], str],
-        render_state: Callable[[Callable[[str], None]], None],
+        render_state: Callable[[Callable[[Utf8Text], None]], None],
         metrics: Callable[[], dict[str, Any]],
         call_rates: CallRates | None = None,
         saturated: Callable[[], bool] = lambda: False,
@@ -555,9 +556,7 @@ class MasterService:
     # -- tools --------------------------------------------------------------------------
 
     def request_state(self, conn: Any, request_id: int) -> None:
-        self._render_state(
-            lambda text: conn.send(TOOL.encode_with_text("state", (request_id,), text.encode()))
-        )
+        self._render_state(lambda text: conn.send(TOOL.encode_with_text("state", (request_id,), text)))
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
