@@ -106,6 +106,9 @@ def test_a_starved_framework_gets_the_newest_tasks_of_the_one_above_its_guarante
                            tables={"master.allocator.drf": {"guarantees": GUARANTEES}})
     mpi, batch, late = fill_then_arrive(cluster, drivers)
     wait_for(lambda: late.count_running() == 2, 20, '"late" to run its 2 tasks after revocation')
+    # Two drivers, two threads: batch may read its TASK_KILLED after late read its
+    # TASK_RUNNING, although the master sent it first.
+    wait_for(lambda: len(batch.ended) >= 2, 10, '"batch" to hear of its 2 revoked tasks')
 
     # batch's two newest tasks were revoked, with the reason on both kill updates.
     revoked = sorted(batch.ended)

@@ -125,7 +125,8 @@ class FuzzLink:
     def send(self, message: bytes) -> None:
         """A frame the master encoded itself: only its answers to tools go this way
         (``mezzo state``, :meth:`ServiceSchema.encode_with_text`)."""
-        method, args = TOOL.decode(message[4:])  # raises if it is not a sound call
+        # Bytes-like, as a transport takes it (the state's answer is a view of its buffer).
+        method, args = TOOL.decode(bytes(message[4:]))  # raises if it is not a sound call
         self.memory.record(TOOL, method, args)
 
     def close(self) -> None:
