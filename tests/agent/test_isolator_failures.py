@@ -15,6 +15,7 @@ from mezzo.agent.containerizer import Containerizer
 from mezzo.hookspecs import Container, ContainerLaunch, Isolator, hookimpl
 from mezzo.plugin_guard import PluginGuard
 from mezzo.plugins import load_plugins
+from mezzo.testing import wait_for_async
 from mezzo.resources import Resources
 
 
@@ -125,6 +126,9 @@ def test_a_failed_prepare_or_isolate_fails_the_launch_and_is_counted_once(tmp_pa
             _broken()
             master.agent.run_task(FRAMEWORK, command_task("fine", "true"))
             assert name((await master.wait_final("fine")).state) == "TASK_FINISHED"
+            # The agent forgets the task once the master's acknowledgement reaches it, a
+            # turn or more after the master saw the update.
+            await wait_for_async(lambda: not agent.tasks, 5, "the agent to forget the finished task")
             assert len(agent.plugin_failures) == 2 and not agent.tasks
         await master.close()
 

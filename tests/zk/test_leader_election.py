@@ -132,6 +132,8 @@ def test_a_killed_leader_is_replaced_once_its_session_expires(mezzo_zookeeper):
         wait_for(lambda: standby.is_leader, 15, "the standby to take over")
         took = time.monotonic() - killed
         assert took >= SESSION * 0.5, f"took over after {took:.2f} s, before the session could expire"
+        # is_leader turns true before on_elected runs on the election's thread.
+        wait_for(lambda: events.log == ["elected"], 5, "the standby to be told it leads")
         assert events.log == ["elected"]
     finally:
         if proc.poll() is None:
