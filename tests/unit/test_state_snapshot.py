@@ -177,22 +177,8 @@ def test_without_fork_the_state_is_rendered_inline_and_synchronously():
 # ----------------------------------------------------------- bytes end to end
 
 
-class Encoded:
-    """An encoded-reply callback recording the bytes of every answer it gets."""
-
-    def __init__(self) -> None:
-        self.texts: list[Utf8Text] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, text: Utf8Text) -> None:
-        self.texts.append(text)
-        self._changed.set()
-
-    async def wait(self, n: int = 1, timeout: float = 5.0) -> list[Utf8Text]:
-        while len(self.texts) < n:
-            self._changed.clear()
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        return self.texts
+class Encoded(Replies):
+    """An encoded-reply callback: records the :class:`Utf8Text` of every answer it gets."""
 
 
 def test_an_encoded_request_gets_the_childs_utf8_ready_to_be_framed_in_place():
