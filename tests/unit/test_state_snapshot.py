@@ -24,6 +24,24 @@ def run(coro, timeout: float = 10.0):
     return asyncio.run(bounded())
 
 
+class TurnCounter:
+    """Counts the turns of the running loop (a callback that re-schedules itself)."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self._ticking = True
+        self._loop = asyncio.get_running_loop()
+        self._tick()
+
+    def _tick(self) -> None:
+        self.turn += 1
+        if self._ticking:
+            self._loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._ticking = False
+
+
 class Replies:
     """A reply callback recording every text it gets; ``await wait(n)`` for n of them."""
 
@@ -224,29 +242,20 @@ def test_the_answer_is_copied_out_a_bounded_amount_per_turn(monkeypatch):
     real_readv = os.readv
 
     def counting_readv(fd, buffers):
-        reads.append((sum(len(b) for b in buffers), turn))
+        reads.append((sum(len(b) for b in buffers), counter.turn if counter is not None else 0))
         return real_readv(fd, buffers)
 
     monkeypatch.setattr(os, "readv", counting_readv)
-    turn = 0
+    counter: TurnCounter | None = None
 
     async def main():
-        nonlocal turn
-        loop = asyncio.get_running_loop()
-        ticking = True
-
-        def tick() -> None:
-            nonlocal turn
-            turn += 1
-            if ticking:
-                loop.call_soon(tick)
-
-        tick()
+        nonlocal counter
+        counter = TurnCounter()
         snaps = StateSnapshots(lambda: body)
         replies = Replies()
         snaps.request(replies)
         [text] = await replies.wait()
-        ticking = False
+        counter.stop()
         return text
 
     assert run(main()) == body
@@ -258,25 +267,15 @@ def test_the_answer_is_copied_out_a_bounded_amount_per_turn(monkeypatch):
 
 def test_waiters_of_one_snapshot_are_answered_one_per_turn():
     async def main():
-        loop = asyncio.get_running_loop()
         snaps = StateSnapshots(pid_render(child_sleep=0.2))
         turns: list[int] = []
-        turn = 0
-        ticking = True
-
-        def tick() -> None:
-            nonlocal turn
-            turn += 1
-            if ticking:
-                loop.call_soon(tick)
-
-        tick()
+        counter = TurnCounter()
         done = Replies()
         for _ in range(3):
-            snaps.request(lambda text: turns.append(turn))
+            snaps.request(lambda text: turns.append(counter.turn))
         snaps.request(done)
         await done.wait()
-        ticking = False
+        counter.stop()
         return turns
 
     turns = run(main())
