@@ -295,6 +295,33 @@ def test_close_drops_the_waiters_not_answered_yet():
     assert run(main()) == []
 
 
+def test_a_later_snapshot_does_not_cut_short_the_answers_still_owed_for_an_earlier_one():
+    # Slow requesters (2 ms each) keep the first snapshot's answers going for 100 turns;
+    # the first of them asks again, so a second snapshot is taken and finishes meanwhile.
+    async def main():
+        snaps = StateSnapshots(pid_render())
+        slow, again = Replies(), Replies()
+
+        def first(text: str) -> None:
+            slow(text)
+            snaps.request(again)
+
+        def later(text: str) -> None:
+            time.sleep(0.002)
+            slow(text)
+
+        snaps.request(first)
+        for _ in range(99):
+            snaps.request(later)
+        await slow.wait(100, timeout=10)
+        await again.wait(timeout=10)
+        return slow.texts, again.texts
+
+    answered, second = run(main())
+    assert len(answered) == 100 and len(set(answered)) == 1  # all from the first snapshot
+    assert second != answered[:1]  # the second request got a snapshot of its own
+
+
 # ----------------------------------------------------------- failures
 
 

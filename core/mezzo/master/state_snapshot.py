@@ -95,8 +95,8 @@ class StateSnapshots:
         self._pipe: int | None = None
         self._transfer: _Transfer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._answering: _Answering | None = None
-        """The waiters of the last snapshot not answered yet (one per turn)."""
+        self._closes = 0
+        """How many times :meth:`close` ran: answers being spread before it stop."""
         self.forks = 0
         """Snapshots rendered in a child (for the metrics and the tests)."""
 
@@ -210,23 +210,21 @@ class StateSnapshots:
         """Answer the waiters one per turn of the loop: each may copy the whole state
         (a ``str`` requester, or the second to frame the buffer) and send it."""
         waiters, self._waiters = self._waiters, []
-        answering = self._answering = _Answering(waiters, utf8=utf8)
+        answering = _Answering(waiters, utf8=utf8)
         loop = self._loop
         assert loop is not None
+        closes = self._closes
 
+        # Not cancelled by the next snapshot: its waiters came later, these are still owed.
         def next_one() -> None:
-            if self._answering is not answering:
-                return  # closed meanwhile
-            if answering.next():
+            if self._closes == closes and answering.next():
                 loop.call_soon(next_one)
-            else:
-                self._answering = None
 
         next_one()
 
     def close(self) -> None:
         """Stop a snapshot in progress, answering nobody (the master is stopping)."""
-        self._answering = None
+        self._closes += 1
         if self._retry is not None:
             self._retry.cancel()
             self._retry, self._waiting_since, self._waiters = None, None, []
