@@ -246,6 +246,29 @@ def test_emulated_status_update_resends_wait_for_a_slow_master_like_a_real_agent
     assert pool.round_trip.samples == 31
 
 
+def test_emulated_resends_touch_only_the_updates_due_and_skip_the_acknowledged():
+    pool = EmulatedAgentPool("127.0.0.1:5050", count=3)
+    sent: list[str] = []
+    for agent in pool.agents:
+        agent._send = lambda status, sent=sent: sent.append(status.task_id)  # type: ignore[method-assign]
+    keys = [(agent, ("fw", f"t{i}")) for i, agent in enumerate(pool.agents)]
+    for agent, key in keys:
+        agent.unacked[key] = TaskStatus(task_id=key[1], state=TaskState.TASK_RUNNING, framework_id="fw")
+        pool.retry_later(agent, key, first=True)
+    now = time.monotonic()
+    assert pool.resend_due(now) == 0  # none due before its first wait
+    pool.acknowledged(*keys[1])  # answered: its heap entry is stale from now on
+    del keys[1][0].unacked[keys[1][1]]
+    later = now + 2 * FIRST_RETRY_SECONDS + 0.01  # past every first wait
+    assert pool.resend_due(later) == 2 and sorted(sent) == ["t0", "t2"]
+    assert pool.resend_due(later) == 0  # each rescheduled further out, once
+    second = [pool._retries[(agent, key)] for agent, key in (keys[0], keys[2])]
+    assert all(entry[1] == 2 and entry[0] > later for entry in second)
+    pool.retry_later(*keys[0])  # sent anew (re-registration): its old entry no longer counts
+    assert pool.resend_due(later + 4 * FIRST_RETRY_SECONDS + 0.01) == 2  # not 3
+    assert sorted(sent[2:]) == ["t0", "t2"]
+
+
 def test_zookeeper_clients_retry_with_a_capped_jittered_backoff():
     from mezzo.zk import parse_zk_url
     from mezzo.zk.client import RETRY_CAP, new_client

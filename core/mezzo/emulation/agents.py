@@ -27,6 +27,8 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import os
 import re
 import time
@@ -456,6 +458,10 @@ class EmulatedAgentPool:
         self._retries: dict[tuple[EmulatedAgent, tuple[str, str]], list[float]] = {}
         """Updates in flight: (agent, task key) -> [when to resend, sends so far, when first
         sent (-1 when its round trip is not to be observed)]."""
+        self._due: list[tuple[float, int, tuple[EmulatedAgent, tuple[str, str]], list[float]]] = []
+        """The same entries by when to resend (a heap). An entry acknowledged meanwhile is
+        left in it and skipped when due: it is no longer the one in ``_retries``."""
+        self._seq = itertools.count()
 
     @property
     def registered_count(self) -> int:
@@ -521,7 +527,9 @@ class EmulatedAgentPool:
         so an update sent again after re-registration)."""
         now = time.monotonic()
         scale = self.round_trip.timeout / FIRST_RETRY_SECONDS
-        self._retries[(agent, key)] = [now + self.update_backoff.delay(0, scale), 1, now if first else -1.0]
+        entry = [now + self.update_backoff.delay(0, scale), 1, now if first else -1.0]
+        self._retries[(agent, key)] = entry
+        heapq.heappush(self._due, (entry[0], next(self._seq), (agent, key), entry))
 
     def withdraw(self, agent: EmulatedAgent, key: tuple[str, str]) -> None:
         """Stop resending an update that will never be acknowledged (its agent started over)."""
@@ -533,23 +541,36 @@ class EmulatedAgentPool:
             self.round_trip.observe(time.monotonic() - retry[2])
 
     async def _retry_loop(self) -> None:
-        # One scan of the updates in flight, rather than a timer per update: at
-        # thousands of updates a second, nearly all are acknowledged within
-        # milliseconds and a timer each would be armed and cancelled for nothing.
+        # A heap of resend times looked at every RETRY_SCAN_SECONDS, rather than a timer
+        # per update: at thousands of updates a second, nearly all are acknowledged
+        # within milliseconds and a timer each would be armed and cancelled for nothing.
+        # Only what is due is touched: a scan of every update in flight took a third of
+        # the emulator's time at 50,000 agents, when acknowledgements lag.
         while True:
             await asyncio.sleep(RETRY_SCAN_SECONDS)
-            now = time.monotonic()
-            for (agent, key), due in list(self._retries.items()):
-                if due[0] > now:
-                    continue
-                status = agent.unacked.get(key)
-                if status is None:
-                    del self._retries[(agent, key)]
-                    continue
-                agent._send(status)
-                scale = self.round_trip.timeout / FIRST_RETRY_SECONDS
-                due[0] = now + self.update_backoff.delay(int(due[1]), scale)
-                due[1] += 1
+            self.resend_due(time.monotonic())
+
+    def resend_due(self, now: float) -> int:
+        """Send again every update in flight whose resend time is ``now`` or past, and
+        schedule its next resend; how many were sent. O(log n) per update due."""
+        due = self._due
+        sent = 0
+        while due and due[0][0] <= now:
+            _, _, held, entry = heapq.heappop(due)
+            if self._retries.get(held) is not entry:
+                continue  # acknowledged (or withdrawn, or sent anew) meanwhile
+            agent, key = held
+            status = agent.unacked.get(key)
+            if status is None:
+                del self._retries[held]
+                continue
+            agent._send(status)
+            sent += 1
+            scale = self.round_trip.timeout / FIRST_RETRY_SECONDS
+            entry[0] = now + self.update_backoff.delay(int(entry[1]), scale)
+            entry[1] += 1
+            heapq.heappush(due, (entry[0], next(self._seq), held, entry))
+        return sent
 
     async def stop(self) -> None:
         self.stopping = True
