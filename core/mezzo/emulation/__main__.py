@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-tasks", type=int, default=None, help="tasks each framework launches in all (default: no limit)"
     )
     args = parser.parse_args(argv)
-    mezzo_log.configure(args.log_level)
+    mezzo_log.configure(args.log_level, final=True)
     tune_gc()  # tens of thousands of agents or tasks: keep full collections off the hot path
     if args.side == "agents":
         asyncio.run(_run_agents(args))
