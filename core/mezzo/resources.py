@@ -164,6 +164,10 @@ class Resources(_WireResources):
         ranges: Mapping[str, Iterable[tuple[int, int]]] | None = None,
         **named: float,
     ) -> None:
+        if not scalars and not ranges and not named:
+            # Nothing: the master makes empty bundles all the time (plans, pools).
+            super().__init__(scalars={}, ranges={})
+            return
         milli: dict[str, int] = {}
         for name, value in {**(scalars or {}), **named}.items():
             m = _to_milli(name, value)
