@@ -113,3 +113,9 @@ def test_message_stalls_at_a_toy_size_measures_every_family():
                 "reregister_agent with 1,000 tasks", "request_state at 2,000 tasks"):
         assert f"run 1: {row} (" in out, row
     assert "| message | size | handled after | longest wait | median wait | quiet |" in out
+
+
+def test_task_cost_at_a_toy_size_measures_each_counted_wave():
+    out = run_bench("task_cost.py", "--agents", "50", "--frameworks", "5", "--waves", "12", "--runs", "2")
+    assert out.count("µs per task (median of 2 waves") == 2  # waves 11 and 12 are counted
+    assert "master CPU per task:" in out
