@@ -44,14 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +58,10 @@ from _cluster import machine
 from _report import write_section
 from mezzo.master.service import FILTER_AGENTS_MAX, STATISTICS_MAX_CHARS
 from mezzo.resources import AGENT_RANGE_LIMIT
-from mezzo.rpc import DEFAULT_MAX_FRAME, FrameDecoder, MalformedMessage, ServiceSchema
+from mezzo.rpc import DEFAULT_MAX_FRAME
 from mezzo.services import AGENT, MASTER, SCHEDULER, TOOL
 from mezzo.state_client import ANSWER_MAX_BYTES, fetch_metrics
-from mezzo.testing import LocalProcessCluster
+from mezzo.testing import LocalProcessCluster, RawPeer, largest_message
 from mezzo.wire.ttypes import (
     AgentInfo,
     CommandInfo,
@@ -78,6 +76,8 @@ from mezzo.wire.ttypes import (
 )
 
 LIMIT = DEFAULT_MAX_FRAME - 1024
+PEER_TIMEOUT = 300.0
+"""Seconds a raw connection waits on a read: the biggest messages take seconds to handle."""
 """Bytes: the largest frame a family fills (the master's limit, less a KiB)."""
 GOAL = 0.050
 """Seconds: issue 14's bound on how long one message may hold the loop."""
@@ -97,52 +97,8 @@ TASKS_PER_STATE_AGENT = 20
 # -- raw connections ---------------------------------------------------------------
 
 
-class Peer:
-    """A raw connection to the master; replies are decoded with ``answers`` (the
-    peer's service), or as Tool calls (``metrics``, ``state``) when they are not."""
-
-    def __init__(self, address: str, answers: ServiceSchema, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=300)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.answers = answers
-        self.frames = FrameDecoder(max_frame)
-        self.received: deque[tuple[str, tuple]] = deque()
-
-    def send(self, method: str, *args) -> None:
-        self.sock.sendall(MASTER.encode(method, args, {}))
-
-    def send_frame(self, message: bytes) -> None:
-        self.sock.sendall(message)
-
-    def _decode(self, payload: bytes) -> tuple[str, tuple]:
-        try:
-            return self.answers.decode(payload, ANSWER_MAX_BYTES)
-        except MalformedMessage:
-            return TOOL.decode(payload, ANSWER_MAX_BYTES)
-
-    def expect(self, method: str) -> tuple:
-        """The arguments of the next ``method`` call from the master (others are skipped)."""
-        while True:
-            while self.received:
-                name, args = self.received.popleft()
-                if name == method:
-                    return args
-                if name == "ping":  # the master's health check of a quiet peer
-                    self.send("pong")
-                if name == "error":
-                    raise RuntimeError(f"the master answered error while {method} was awaited: {args}")
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError(f"the master closed the connection while {method} was awaited")
-            self.received.extend(self._decode(payload) for payload in self.frames.feed(chunk))
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def framework(address: str, *, needs_offers: bool = True) -> tuple[Peer, str]:
-    peer = Peer(address, SCHEDULER)
+def framework(address: str, *, needs_offers: bool = True) -> tuple[RawPeer, str]:
+    peer = RawPeer(address, SCHEDULER, timeout=PEER_TIMEOUT)
     peer.send("register_framework", FrameworkInfo(name="big", failover_timeout=3600.0))
     (fid, _) = peer.expect("registered")
     if not needs_offers:
@@ -150,7 +106,7 @@ def framework(address: str, *, needs_offers: bool = True) -> tuple[Peer, str]:
     return peer, fid
 
 
-def behind(peer: Peer, fid: str) -> Callable[[], None]:
+def behind(peer: RawPeer, fid: str) -> Callable[[], None]:
     """Handled: a call sent behind the message on the same connection is answered."""
 
     def handled() -> None:
@@ -158,17 +114,6 @@ def behind(peer: Peer, fid: str) -> Callable[[], None]:
         peer.expect("guaranteed_share")
 
     return handled
-
-
-def largest(method: str, make: Callable[[int], tuple], limit: int, n: int = 1000) -> tuple[int, bytes]:
-    """``make(n)``'s message for the largest ``n`` whose frame fits in ``limit`` bytes.
-    Items are of one size (fixed-width ids), so two small messages tell the size of any."""
-    small, double = (len(MASTER.encode(method, make(k), {})) for k in (n, 2 * n))
-    item = (double - small) / n
-    n += int((limit - small) / item)
-    message = MASTER.encode(method, make(n), {})
-    assert limit - 2 * item < len(message) <= limit, (len(message), limit)
-    return n, message
 
 
 def mib(n: int) -> str:
@@ -182,7 +127,7 @@ def probe_main(address: str) -> None:
     """The probe process: time ``request_metrics`` round trips until stdin closes, then
     print them as JSON ``[[sent, answered], ...]`` (``time.monotonic``: one clock for
     every process of the machine)."""
-    peer = Peer(address, TOOL)
+    peer = RawPeer(address, TOOL, timeout=PEER_TIMEOUT)
     stop = threading.Event()
 
     def watch_stdin() -> None:
@@ -262,7 +207,7 @@ def baseline(master: str, args: argparse.Namespace) -> Iterator[Step]:
 
 def reconcile(master: str, args: argparse.Namespace) -> Iterator[Step]:
     peer, fid = framework(master)
-    n, message = largest(
+    n, message = largest_message(
         "reconcile_tasks", lambda n: (fid, [TaskStatus(task_id=f"t{i:09d}") for i in range(n)]), args.fill
     )
     last = f"t{n - 1:09d}"
@@ -281,7 +226,9 @@ def reconcile(master: str, args: argparse.Namespace) -> Iterator[Step]:
 
 def decline(master: str, args: argparse.Namespace) -> Iterator[Step]:
     peer, fid = framework(master)
-    n, message = largest("decline_offer", lambda n: (fid, [f"o{i:011d}" for i in range(n)], None), args.fill)
+    n, message = largest_message(
+        "decline_offer", lambda n: (fid, [f"o{i:011d}" for i in range(n)], None), args.fill
+    )
     yield Step(
         "decline_offer of unknown offers",
         f"{n:,} offers, {mib(len(message))}",
@@ -292,7 +239,7 @@ def decline(master: str, args: argparse.Namespace) -> Iterator[Step]:
 
 def filters(master: str, args: argparse.Namespace) -> Iterator[Step]:
     peer, fid = framework(master)
-    n, message = largest(
+    n, message = largest_message(
         "set_filters", lambda n: (fid, FrameworkFilters(agents=[f"a{i:011d}" for i in range(n)])), args.fill
     )
     assert n > FILTER_AGENTS_MAX, n
@@ -319,8 +266,8 @@ def filters(master: str, args: argparse.Namespace) -> Iterator[Step]:
     )
 
 
-def register_agent(address: str, ranges: int = 1) -> tuple[Peer, str]:
-    peer = Peer(address, AGENT)
+def register_agent(address: str, ranges: int = 1) -> tuple[RawPeer, str]:
+    peer = RawPeer(address, AGENT, timeout=PEER_TIMEOUT)
     ports = [Range(2 * i, 2 * i) for i in range(ranges)]
     resources = Resources(scalars={"cpus": 8000, "mem": 8_000_000}, ranges={"ports": ports})
     peer.send("register_agent", AgentInfo(hostname="big", port=5051, resources=resources, attributes={}))
@@ -352,7 +299,7 @@ def container_statistics(master: str, args: argparse.Namespace) -> Iterator[Step
 
 def ranges(master: str, args: argparse.Namespace) -> Iterator[Step]:
     sched, fid = framework(master)
-    peer = Peer(master, AGENT)
+    peer = RawPeer(master, AGENT, timeout=PEER_TIMEOUT)
     ports = [Range(2 * i, 2 * i) for i in range(AGENT_RANGE_LIMIT)]
     resources = Resources(scalars={"cpus": 8000, "mem": 8_000_000}, ranges={"ports": ports})
     message = MASTER.encode(
@@ -392,7 +339,7 @@ def launch_over(master: str, args: argparse.Namespace) -> Iterator[Step]:
         return (fid, [offer_id], [task], None)
 
     sched, fid = framework(master)
-    n, _ = largest("launch_tasks", make, args.fill)  # before the offer: it is not kept waiting
+    n, _ = largest_message("launch_tasks", make, args.fill)  # before the offer: it is not kept waiting
     _, aid = register_agent(master)
     offers = sched.expect("resource_offers")[0]
     (offer,) = [o for o in offers if o.agent_id == aid]
@@ -456,10 +403,10 @@ def wait_tasks(master: str, n: int, timeout: float = 300.0) -> None:
 
 def reregister(master: str, args: argparse.Namespace, n: int) -> Iterator[Step]:
     _, fid = framework(master)
-    peer = Peer(master, AGENT)
+    peer = RawPeer(master, AGENT, timeout=PEER_TIMEOUT)
     aid = "adopted"
     if n == 0:  # as many as the frame limit admits
-        n, message = largest("reregister_agent", lambda k: reregister_args(fid, aid, 0, k), args.fill)
+        n, message = largest_message("reregister_agent", lambda k: reregister_args(fid, aid, 0, k), args.fill)
         row = "reregister_agent filling the frame"
     else:
         message = MASTER.encode("reregister_agent", reregister_args(fid, aid, 0, n), {})
@@ -478,7 +425,7 @@ def state(master: str, args: argparse.Namespace, tasks: int) -> Iterator[Step]:
     :data:`TASKS_PER_STATE_AGENT` re-registered on one connection."""
     _, fid = framework(master, needs_offers=False)
     agents = -(-tasks // TASKS_PER_STATE_AGENT)
-    peer = Peer(master, AGENT)
+    peer = RawPeer(master, AGENT, timeout=PEER_TIMEOUT)
     batch = 200
     for start in range(0, agents, batch):
         count = min(batch, agents - start)
@@ -489,7 +436,7 @@ def state(master: str, args: argparse.Namespace, tasks: int) -> Iterator[Step]:
         for _ in range(count):
             peer.expect("reregistered")
     wait_tasks(master, tasks)
-    tool = Peer(master, TOOL, max_frame=ANSWER_MAX_BYTES)
+    tool = RawPeer(master, TOOL, max_frame=ANSWER_MAX_BYTES, timeout=PEER_TIMEOUT)
     step = Step(
         f"request_state at {tasks:,} tasks",
         f"{tasks:,} tasks on {agents:,} agents",

@@ -13,17 +13,16 @@ loaded machine does not fail it; ``bench/message_stalls.py`` measures the figure
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from collections import deque
 
 import pytest
 
 from mezzo.master.service import FILTER_AGENTS_MAX
 from mezzo.resources import AGENT_RANGE_LIMIT
-from mezzo.rpc.framing import DEFAULT_MAX_FRAME, FrameDecoder
+from mezzo.rpc.framing import DEFAULT_MAX_FRAME
 from mezzo.services import AGENT, MASTER, SCHEDULER, TOOL
+from mezzo.testing import RawPeer, largest_message
 from mezzo.wire.ttypes import (
     AgentInfo,
     CommandInfo,
@@ -41,45 +40,11 @@ MAX_GAP = 0.5
 LIMIT = DEFAULT_MAX_FRAME - 1024
 
 
-class Peer:
-    """A raw connection to the master, speaking ``answers`` (the schema of its replies)."""
-
-    def __init__(self, address: str, answers) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.answers = answers
-        self.frames = FrameDecoder(DEFAULT_MAX_FRAME)
-        self.received: deque[tuple[str, tuple]] = deque()
-
-    def send(self, method: str, *args) -> None:
-        self.sock.sendall(MASTER.encode(method, args, {}))
-
-    def send_frame(self, message: bytes) -> None:
-        self.sock.sendall(message)
-
-    def expect(self, method: str) -> tuple:
-        """The arguments of the next ``method`` call from the master (others are skipped)."""
-        while True:
-            while self.received:
-                name, args = self.received.popleft()
-                if name == method:
-                    return args
-                if name == "ping":  # the master's health check of a quiet peer
-                    self.send("pong")
-                assert name != "error", args
-            chunk = self.sock.recv(1 << 16)
-            assert chunk, f"the master closed the connection while {method} was awaited"
-            self.received.extend(self.answers.decode(payload) for payload in self.frames.feed(chunk))
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class Probe:
     """Asks the master for its metrics over and over; keeps the longest wait."""
 
     def __init__(self, address: str) -> None:
-        self.peer = Peer(address, TOOL)
+        self.peer = RawPeer(address, TOOL)
         self.worst = 0.0
         self.answered = 0
         self._stop = threading.Event()
@@ -109,14 +74,8 @@ class Probe:
 
 
 def largest(method: str, make, n: int = 1000) -> tuple[int, bytes]:
-    """``make(n)``'s message for the largest ``n`` whose frame fits the limit. Items
-    are of one size (fixed-width ids), so two small messages tell the size of any."""
-    small, double = (len(MASTER.encode(method, make(k), {})) for k in (n, 2 * n))
-    item = (double - small) / n
-    n += int((LIMIT - small) / item)
-    message = MASTER.encode(method, make(n), {})
-    assert LIMIT - 2 * item < len(message) <= LIMIT, (len(message), LIMIT)
-    return n, message
+    """:func:`mezzo.testing.largest_message` within this module's limit."""
+    return largest_message(method, make, LIMIT, n)
 
 
 @pytest.fixture
@@ -124,15 +83,15 @@ def master(make_cluster):
     return make_cluster(0, master={"allocation_interval": 0.05}).master
 
 
-def framework(address: str) -> tuple[Peer, str]:
-    peer = Peer(address, SCHEDULER)
+def framework(address: str) -> tuple[RawPeer, str]:
+    peer = RawPeer(address, SCHEDULER)
     peer.send("register_framework", FrameworkInfo(name="big"))
     (fid, _) = peer.expect("registered")
     return peer, fid
 
 
-def agent(address: str, ranges: int = 1) -> tuple[Peer, str]:
-    peer = Peer(address, AGENT)
+def agent(address: str, ranges: int = 1) -> tuple[RawPeer, str]:
+    peer = RawPeer(address, AGENT)
     ports = [Range(2 * i, 2 * i) for i in range(ranges)]
     resources = Resources(scalars={"cpus": 8000, "mem": 8_000_000}, ranges={"ports": ports})
     peer.send("register_agent", AgentInfo(hostname="big", port=5051, resources=resources, attributes={}))

@@ -5,6 +5,9 @@
   agents and refusals, for unit tests of allocator plugins.
 - :class:`ZooKeeperServer`: a real standalone ZooKeeper (Debian's ``zookeeper``
   package) on a free loopback port with a throw-away data directory.
+- :class:`RawPeer` and :func:`largest_message`: a bare socket speaking the master's
+  wire protocol, and the biggest message of a kind a frame admits, for tests and
+  benchmarks that send a master hand-made (huge, hostile) messages.
 
 In pytest they are fixtures, from the pytest plugin installed with mezzo
 (``_mezzo_pytestplugin``): ``mezzo_cluster`` starts clusters and stops them when the
@@ -34,13 +37,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .hookspecs import AllocationCycle
 from .resources import Resources
-from .state_client import MasterUnreachable, fetch_state
+from .rpc.codec import MalformedMessage, ServiceSchema
+from .rpc.framing import DEFAULT_MAX_FRAME, FrameDecoder
+from .services import MASTER, TOOL
+from .state_client import ANSWER_MAX_BYTES, MasterUnreachable, fetch_state
 
 
 def wait_for(
@@ -302,6 +309,80 @@ class LocalProcessCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RawPeer:
+    """A bare connection to a master, for sending it hand-made messages.
+
+    Calls are encoded as the master's (:meth:`send`) or sent as given
+    (:meth:`send_frame`); replies are decoded with ``answers`` (the service this
+    peer plays, e.g. ``SCHEDULER``), or as ``Tool`` calls (``metrics``, ``state``)
+    when they are not that. :meth:`expect` answers the master's pings itself.
+    Blocking, one thread at a time.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        answers: ServiceSchema,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        timeout: float = 60.0,
+    ) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.answers = answers
+        self.frames = FrameDecoder(max_frame)
+        self.received: deque[tuple[str, tuple]] = deque()
+
+    def send(self, method: str, *args: Any) -> None:
+        self.sock.sendall(MASTER.encode(method, args, {}))
+
+    def send_frame(self, message: bytes) -> None:
+        self.sock.sendall(message)
+
+    def _decode(self, payload: bytes) -> tuple[str, tuple]:
+        try:
+            return self.answers.decode(payload, ANSWER_MAX_BYTES)
+        except MalformedMessage:
+            return TOOL.decode(payload, ANSWER_MAX_BYTES)
+
+    def expect(self, method: str) -> tuple:
+        """The arguments of the next ``method`` call from the master (others are
+        skipped). Raises :class:`RuntimeError` if the master answers ``error`` or
+        closes the connection first."""
+        while True:
+            while self.received:
+                name, args = self.received.popleft()
+                if name == method:
+                    return args
+                if name == "ping":  # the master's health check of a quiet peer
+                    self.send("pong")
+                if name == "error":
+                    raise RuntimeError(f"the master answered error while {method} was awaited: {args}")
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError(f"the master closed the connection while {method} was awaited")
+            self.received.extend(self._decode(payload) for payload in self.frames.feed(chunk))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def largest_message(
+    method: str, make: Callable[[int], tuple], limit: int, n: int = 1000
+) -> tuple[int, bytes]:
+    """The master's ``method`` called with ``make(n)``'s arguments, for the largest
+    ``n`` whose frame fits in ``limit`` bytes; returns ``n`` and the frame. The items
+    ``n`` counts must be of one size (fixed-width ids), so that two small messages
+    tell the size of any."""
+    small, double = (len(MASTER.encode(method, make(k), {})) for k in (n, 2 * n))
+    item = (double - small) / n
+    n += int((limit - small) / item)
+    message = MASTER.encode(method, make(n), {})
+    assert limit - 2 * item < len(message) <= limit, (len(message), limit)
+    return n, message
 
 
 class ScriptedCycle(AllocationCycle):
