@@ -11,7 +11,6 @@ from mezzo import AgentInfo, CommandInfo, FrameworkInfo, Resources, TaskInfo, Ta
 from mezzo.config import MasterConfig
 from mezzo.master import Master
 from mezzo.master.agent_lifecycle import ADOPT_CHUNK
-from mezzo.master.ports import ManualClock
 from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import RunningTask
 
@@ -23,15 +22,8 @@ AID = "A1"
 
 
 @pytest.fixture
-def master():
-    m = Master(
-        MasterConfig(allocation_interval=0.01, recovery_hold_timeout=60, framework_recovery_timeout=60),
-        load_plugins(),
-        clock=ManualClock(),
-    )
-    m.lead()
-    yield m
-    m.term.close()
+def master(taking_over_master):
+    return taking_over_master
 
 
 def report(n: int, fid: str = FID) -> list[RunningTask]:

@@ -22,11 +22,7 @@ from mezzo import (
     TaskState,
     TaskStatus,
 )
-from mezzo.config import MasterConfig
-from mezzo.master import Master
 from mezzo.master.agent_lifecycle import OVERCOMMITTED
-from mezzo.master.ports import ManualClock
-from mezzo.plugins import load_plugins
 from mezzo.wire.ttypes import RunningTask
 
 from .test_fuzz_master_service import assert_every_resource_in_one_place
@@ -36,15 +32,8 @@ FID = "F1"
 
 
 @pytest.fixture
-def master():
-    m = Master(
-        MasterConfig(allocation_interval=0.01, recovery_hold_timeout=60, framework_recovery_timeout=60),
-        load_plugins(),
-        clock=ManualClock(),
-    )
-    m.lead()
-    yield m
-    m.term.close()
+def master(taking_over_master):
+    return taking_over_master
 
 
 def agent_info(cpus: float) -> AgentInfo:
