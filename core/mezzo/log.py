@@ -26,8 +26,9 @@ def configure(level: str = "info", fmt: str = "console", stream=None, *, final: 
     start), so each logger is bound once, on its first use after this call. A line
     filtered out by ``level`` then costs 0.6 µs instead of 7: structlog's lazy
     loggers otherwise bind anew on every call, and the master logs each task it
-    launches. Leave it off where the configuration may change later (tests capture
-    logs), since a logger bound once keeps what it was bound to."""
+    launches. Leave it off where the configuration may change later: a logger bound
+    once keeps the stream and level it was bound with (structlog's ``capture_logs``
+    still sees it, since that edits the configured processors in place)."""
     if level not in LEVELS:
         raise ConfigError("log.level", f"expected one of {', '.join(LEVELS)}, got {level!r}")
     if fmt not in ("console", "json"):
