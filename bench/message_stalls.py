@@ -76,9 +76,9 @@ from mezzo.wire.ttypes import (
 )
 
 LIMIT = DEFAULT_MAX_FRAME - 1024
+"""Bytes: the largest frame a family fills (the master's limit, less a KiB)."""
 PEER_TIMEOUT = 300.0
 """Seconds a raw connection waits on a read: the biggest messages take seconds to handle."""
-"""Bytes: the largest frame a family fills (the master's limit, less a KiB)."""
 GOAL = 0.050
 """Seconds: issue 14's bound on how long one message may hold the loop."""
 PROBE_PAUSE = 0.005
