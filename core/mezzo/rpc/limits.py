@@ -66,6 +66,7 @@ from __future__ import annotations
 import ipaddress
 import resource
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -285,11 +286,14 @@ class ConnectionLimiter:
         self.closed = dict.fromkeys(CLOSINGS, 0)
         self._hosts: dict[Connection, str] = {}
         self._per_address: dict[str, int] = {}
-        self._awaiting_first: dict[Connection, float] = {}
+        # The three below are read oldest first. OrderedDicts: a plain dict keeps the
+        # slots of deleted keys until it resizes, so taking its first key again and
+        # again after deleting the one before costs more each time.
+        self._awaiting_first: OrderedDict[Connection, float] = OrderedDict()
         """Accept time of connections with no complete frame yet; oldest first."""
-        self._held: dict[Connection, int] = {}
+        self._held: OrderedDict[Connection, int] = OrderedDict()
         """Bytes of the incomplete frame of each connection that holds one."""
-        self._partials: dict[Connection, float] = {}
+        self._partials: OrderedDict[Connection, float] = OrderedDict()
         """When each held incomplete frame began, oldest first (not while paused)."""
         self._stalled: dict[Connection, tuple[int, float]] = {}
         """Paused or closing with output: (bytes its peer had taken, when that last grew)."""
