@@ -37,3 +37,13 @@ def test_memory_is_bounded_oldest_first():
     assert not sent.is_resend("u0", conn, 600.0) and sent.is_resend(f"u{LIMIT_FLOOR + 499}", conn, 1500.0)
     sent.note("big", conn, 0.0, limit=LIMIT_FLOOR * 3)  # a framework with many tasks keeps more
     assert len(sent) == LIMIT_FLOOR + 1
+
+
+def test_a_reforwarded_update_counts_as_the_newest_when_the_oldest_are_dropped():
+    sent, conn = ForwardedUpdates(), object()
+    for i in range(LIMIT_FLOOR):
+        sent.note(f"u{i}", conn, 100.0, limit=0)
+    sent.note("u0", conn, 101.0, limit=0)  # forwarded again: now the newest
+    sent.note("new", conn, 102.0, limit=0)  # one over the bound: the oldest goes
+    assert len(sent) == LIMIT_FLOOR
+    assert sent.is_resend("u0", conn, 102.0) and not sent.is_resend("u1", conn, 102.0)
