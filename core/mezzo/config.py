@@ -23,6 +23,12 @@ A file looks like::
     [master.connections]            # and [agent.connections]: bounds on peers
     max_per_address = 256
 
+    [tls]                           # every connection; read by drivers and the CLI too
+    enabled = true
+    cert = "/etc/mezzo/tls/master.crt"
+    key = "/etc/mezzo/tls/master.key"
+    ca = "/etc/mezzo/tls/ca.crt"
+
 Every key is declared below with its type and default (``docs/configuration.md``
 documents them); an unknown key or a value of the wrong type raises
 :class:`~mezzo.errors.ConfigError` naming the dotted key. Tables that belong to a
@@ -301,11 +307,41 @@ class LogConfig:
     """console (human) or json (one object a line)."""
 
 
+PEER_CERTIFICATES = ("required", "optional")
+"""Values of ``tls.peer_certificates``."""
+
+
+@dataclass
+class TlsConfig:
+    """``[tls]``: TLS and certificates for this process's connections.
+
+    The same table serves the master, agents, the CLI and frameworks' drivers (which
+    read it from ``$MEZZO_CONFIG``); each process names its own certificate."""
+
+    enabled: bool = False
+    """Listen and dial with TLS. Every process of a cluster must agree."""
+    cert: str = ""
+    """This process's certificate (PEM; a chain may follow it in the file)."""
+    key: str = ""
+    """The certificate's private key (PEM, unencrypted; keep it 0600)."""
+    ca: str = ""
+    """The cluster's CA certificate(s) (PEM): peers' certificates are checked against it."""
+    peer_certificates: str = "required"
+    """Servers: "required" (every client shows a certificate of ``tls.ca``) or "optional"
+    (clients without one are let in with no principal). An agent's port is always
+    optional, since its executors dial it without certificates."""
+    verify_hostname: bool = True
+    """Clients: the server's certificate must name the host dialled (DNS name or IP address)."""
+    handshake_timeout: float = 10.0
+    """Seconds a peer has to finish the TLS handshake (its slot is held meanwhile)."""
+
+
 @dataclass
 class Config:
     master: MasterConfig = field(default_factory=MasterConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
 
 # Component tables: the TOML table holding a component's settings, the dataclass
@@ -464,11 +500,21 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "agent.max_journal_bytes": check_journal_bytes,
 }
 
+
+def check_tls(cfg: TlsConfig, prefix: str) -> None:
+    """``[tls]``: see :func:`mezzo.rpc.tls.check_tls` (imported here when a file is
+    loaded, so that reading a configuration does not load the RPC layer)."""
+    from .rpc.tls import check_tls as check
+
+    check(cfg, prefix)
+
+
 # Checks of a whole table once built, for keys that bound each other: called with the
 # table and its dotted prefix ("master.connections."), they raise ConfigError.
 _TABLE_CHECKS: dict[type, Callable[[Any, str], object]] = {
     ConnectionsConfig: check_connections,
     MasterConfig: check_framework_health,
+    TlsConfig: check_tls,
 }
 
 
@@ -479,6 +525,7 @@ _NESTED = {
     "MasterConfig": MasterConfig,
     "AgentConfig": AgentConfig,
     "LogConfig": LogConfig,
+    "TlsConfig": TlsConfig,
 }
 
 

@@ -5,6 +5,9 @@ state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
 state = await fetch_state_async("127.0.0.1:5050")
 counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
 usage = fetch_agent_statistics("127.0.0.1:5051")   # an agent's containers, measured now
+
+Each takes ``tls`` (a ``[tls]`` table); without it the ``[tls]`` of
+``$MEZZO_CONFIG`` applies, if that is set (:func:`mezzo.rpc.tls.client_tls_for`).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import itertools
 import json
 from typing import Any
 
+from .config import TlsConfig
 from .discovery import peer_address
 from .errors import MezzoError
 from .rpc import connect, parse_address
+from .rpc.tls import client_tls_for
 from .services import AGENT, MASTER, TOOL
 
 _request_ids = itertools.count(1)
@@ -48,17 +53,21 @@ class _Waiter:
             self.future.set_exception(MasterUnreachable("the peer closed the connection before answering"))
 
 
-async def fetch_state_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
+async def fetch_state_async(
+    master: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> dict[str, Any]:
     """The master's state as a dict (see ``docs/getting-started.md`` for its fields)."""
-    return await _ask(master, "request_state", timeout)
+    return await _ask(master, "request_state", timeout, tls)
 
 
-async def fetch_metrics_async(master: str, timeout: float = 10.0) -> dict[str, Any]:
+async def fetch_metrics_async(
+    master: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> dict[str, Any]:
     """The master's counters as a dict (see ``Master.metrics``)."""
-    return await _ask(master, "request_metrics", timeout)
+    return await _ask(master, "request_metrics", timeout, tls)
 
 
-async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
+async def _ask(master: str, call: str, timeout: float, tls: TlsConfig | None) -> dict[str, Any]:
     try:
         target = peer_address(master, 5050, connect_timeout=timeout)
     except ValueError as exc:
@@ -74,25 +83,32 @@ async def _ask(master: str, call: str, timeout: float) -> dict[str, Any]:
         target.close()
     if address is None:
         raise MasterUnreachable(f"no master leads {master}")
-    return await _request("master", address, MASTER, call, timeout)
+    return await _request("master", address, MASTER, call, timeout, tls)
 
 
-async def fetch_agent_statistics_async(agent: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def fetch_agent_statistics_async(
+    agent: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> list[dict[str, Any]]:
     """An agent's container statistics, measured now (see :mod:`mezzo.agent.statistics`)."""
     try:
         address = parse_address(agent, 5051)
     except ValueError as exc:
         raise MasterUnreachable(str(exc)) from None
-    return await _request("agent", address, AGENT, "request_statistics", timeout)
+    return await _request("agent", address, AGENT, "request_statistics", timeout, tls)
 
 
-async def _request(who: str, address: tuple[str, int], service: Any, call: str, timeout: float) -> Any:
+async def _request(
+    who: str, address: tuple[str, int], service: Any, call: str, timeout: float, tls: TlsConfig | None
+) -> Any:
     """Dial ``address``, make ``call(request_id)`` of ``service``, return the parsed answer."""
     host, port = address
+    client = client_tls_for(tls)
     loop = asyncio.get_running_loop()
     waiter = _Waiter(next(_request_ids), loop.create_future())
     try:
-        conn = await asyncio.wait_for(connect(host, port, TOOL, waiter, max_frame=ANSWER_MAX_BYTES), timeout)
+        conn = await asyncio.wait_for(
+            connect(host, port, TOOL, waiter, max_frame=ANSWER_MAX_BYTES, tls=client), timeout
+        )
     except (TimeoutError, OSError) as exc:
         raise MasterUnreachable(f"cannot reach the {who} at {host}:{port}: {exc or 'timeout'}") from None
     try:
@@ -100,21 +116,27 @@ async def _request(who: str, address: tuple[str, int], service: Any, call: str, 
         text = await asyncio.wait_for(waiter.future, timeout)
     except TimeoutError:
         raise MasterUnreachable(f"the {who} at {host}:{port} did not answer within {timeout:g} s") from None
+    except MasterUnreachable as exc:
+        if client is None:  # what a TLS port does to plaintext: say so
+            raise MasterUnreachable(f"{exc} (if it listens with TLS, give [tls] settings)") from None
+        raise
     finally:
         conn.close()
     return json.loads(text)
 
 
-def fetch_agent_statistics(agent: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+def fetch_agent_statistics(
+    agent: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> list[dict[str, Any]]:
     """Blocking :func:`fetch_agent_statistics_async`."""
-    return asyncio.run(fetch_agent_statistics_async(agent, timeout))
+    return asyncio.run(fetch_agent_statistics_async(agent, timeout, tls))
 
 
-def fetch_state(master: str, timeout: float = 10.0) -> dict[str, Any]:
+def fetch_state(master: str, timeout: float = 10.0, tls: TlsConfig | None = None) -> dict[str, Any]:
     """Blocking :func:`fetch_state_async` (do not call from a running event loop)."""
-    return asyncio.run(fetch_state_async(master, timeout))
+    return asyncio.run(fetch_state_async(master, timeout, tls))
 
 
-def fetch_metrics(master: str, timeout: float = 10.0) -> dict[str, Any]:
+def fetch_metrics(master: str, timeout: float = 10.0, tls: TlsConfig | None = None) -> dict[str, Any]:
     """Blocking :func:`fetch_metrics_async` (do not call from a running event loop)."""
-    return asyncio.run(fetch_metrics_async(master, timeout))
+    return asyncio.run(fetch_metrics_async(master, timeout, tls))

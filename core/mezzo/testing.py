@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .config import TlsConfig
 from .hookspecs import AllocationCycle
 from .resources import Resources
 from .rpc.codec import MalformedMessage, ServiceSchema
@@ -127,6 +128,12 @@ class LocalProcessCluster:
     ``masters`` masters named ``master-1``..., each on its own port, electing a
     leader there; agents and :attr:`master` then use the ``zk://`` URL, and
     :meth:`leader` names the master leading now.
+
+    With ``tls`` every process speaks TLS with a certificate of its own, made for
+    the run by :mod:`mezzo.certs` in ``<dir>/tls``: the master's (principal
+    ``master``), the agents' (``agent``), and :attr:`tls`, the test's own
+    (``operator``), which :meth:`state` uses; :meth:`client_tls` makes one for a
+    framework.
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class LocalProcessCluster:
         agent_resources: str | list[str] = "cpus:4;mem:4096;disk:10000",
         directory: str | None = None,
         start_timeout: float = 20.0,
+        tls: bool = False,
     ) -> None:
         self.n_agents = agents
         self.dir = Path(directory or tempfile.mkdtemp(prefix="mezzo-cluster-"))
@@ -169,19 +177,46 @@ class LocalProcessCluster:
             **(tables or {}),
         }
         self.config_path = self.dir / "mezzo.toml"
+        self.agent_config_path = self.config_path
+        self.tls: TlsConfig | None = None
+        """The test's own ``[tls]`` (principal ``operator``) when the cluster runs TLS."""
+        if tls:
+            self.tls = self.client_tls("operator")
+            extra = dict(config.get("tls", {}))  # e.g. handshake_timeout from ``tables``
+            config["tls"] = {**self._tls_table("master"), **extra}
+            self.agent_config_path = self.dir / "agent.toml"
+            self.agent_config_path.write_text(
+                to_toml({**config, "tls": {**self._tls_table("agent"), **extra}})
+            )
         self.config_path.write_text(to_toml(config))
         self.start_timeout = start_timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self.expected_dead: set[str] = set()
         """Processes the test killed on purpose (not an error while waiting)."""
 
+    def client_tls(self, principal: str) -> TlsConfig:
+        """A ``[tls]`` with a certificate for ``principal`` signed by this cluster's CA
+        (made on first use), for a framework's driver or a tool."""
+        table = self._tls_table(principal)
+        return TlsConfig(enabled=True, ca=table["ca"], cert=table["cert"], key=table["key"])
+
+    def _tls_table(self, principal: str) -> dict[str, Any]:
+        from .certs import issue
+
+        directory = self.dir / "tls"
+        cert, key = directory / f"{principal}.crt", directory / f"{principal}.key"
+        if not cert.exists():
+            issue(directory, principal, ["127.0.0.1", "localhost"])
+        return {"enabled": True, "ca": str(directory / "ca.crt"), "cert": str(cert), "key": str(key)}
+
     # -- processes --------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         logf = open(self.dir / f"{name}.log", "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        config = self.agent_config_path if name.startswith("agent") else self.config_path
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mezzo", *args, "--config", str(self.config_path)],
+            [sys.executable, "-m", "mezzo", *args, "--config", str(config)],
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=env,
@@ -243,7 +278,7 @@ class LocalProcessCluster:
                         f"{name} exited with {p.returncode} while waiting for {what}\n{self.log_tail(name)}"
                     )
             try:
-                s = fetch_state(self.master, timeout=2.0)
+                s = fetch_state(self.master, timeout=2.0, tls=self.tls)
                 if predicate(s):
                     return s
             except MasterUnreachable as exc:
@@ -254,7 +289,7 @@ class LocalProcessCluster:
         )
 
     def state(self) -> dict:
-        return fetch_state(self.master, timeout=5.0)
+        return fetch_state(self.master, timeout=5.0, tls=self.tls)
 
     def kill(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         p = self.procs.get(name)

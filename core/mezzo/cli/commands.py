@@ -95,7 +95,7 @@ def master(args: argparse.Namespace) -> int:
     )
     from ..master import Master
 
-    daemon = Master(cfg.master, load_plugins())
+    daemon = Master(cfg.master, load_plugins(), tls=cfg.tls)
     return asyncio.run(_serve_until_signal(daemon))
 
 
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from .run_task import run_command
 
     return run_command(
-        cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name, timeout=args.timeout
+        cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name, timeout=args.timeout, tls=cfg.tls
     )
 
 
@@ -140,10 +140,10 @@ def state(args: argparse.Namespace) -> int:
     from ..state_client import fetch_agent_statistics, fetch_metrics, fetch_state
 
     if args.agent:
-        print(json.dumps(fetch_agent_statistics(args.agent, args.timeout), indent=2))
+        print(json.dumps(fetch_agent_statistics(args.agent, args.timeout, cfg.tls), indent=2))
         return 0
     fetch = fetch_metrics if args.metrics else fetch_state
-    print(json.dumps(fetch(cfg.agent.master, args.timeout), indent=2))
+    print(json.dumps(fetch(cfg.agent.master, args.timeout, cfg.tls), indent=2))
     return 0
 
 
@@ -157,4 +157,27 @@ def plugins(args: argparse.Namespace) -> int:
         print(f"{row['plugin']}  ({row['distribution']})")
         for c in row["components"]:
             print(f"    {c['kind']:<17} {c['name']:<20} {c['description']}")
+    return 0
+
+
+def certs(args: argparse.Namespace) -> int:
+    import socket
+    from pathlib import Path
+
+    from ..certs import check_host, check_principal, ensure_ca, issue
+
+    directory = Path(args.dir)
+    hosts = [check_host(h) for h in args.host or sorted({"localhost", "127.0.0.1", socket.getfqdn()})]
+    principals = [check_principal(p) for p in args.principal or ["master", "agent", "operator"]]
+    ensure_ca(directory)
+    print(f"CA: {directory / 'ca.crt'} (key {directory / 'ca.key'}: keep it off the cluster's machines)")
+    for principal in principals:
+        issued = issue(directory, principal, hosts, days=args.days, overwrite=args.force)
+        print(f"{principal}: {issued.cert}, key {issued.key}")
+    print(f"hosts named: {', '.join(hosts)}")
+    print("[tls] of a process holding PRINCIPAL's files:")
+    print(
+        f'  enabled = true\n  ca = "{directory.resolve() / "ca.crt"}"\n'
+        f'  cert = "{directory.resolve()}/PRINCIPAL.crt"\n  key = "{directory.resolve()}/PRINCIPAL.key"'
+    )
     return 0

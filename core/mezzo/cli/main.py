@@ -1,4 +1,5 @@
-"""The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``plugins``.
+"""The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``plugins``,
+``certs``.
 
 Flags mean the same in every command (``--config``, ``--master``, ``--listen``,
 ...); a flag overrides the same key of the TOML file (``--config`` or
@@ -172,6 +173,32 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=commands.plugins)
+
+    p = sub.add_parser(
+        "certs",
+        help="make a cluster's CA and TLS certificates",
+        epilog="Then point each process's [tls] table at its files; see docs/security.md.",
+        description="Make DIR/ca.crt and DIR/ca.key (or reuse them), then a certificate and key "
+        "signed by that CA for each principal: DIR/NAME.crt, DIR/NAME.key (0600). A principal is "
+        "the name ACLs and logs use for whoever holds the key.",
+    )
+    p.add_argument("dir", metavar="DIR", help="where the CA and certificates go (made 0700)")
+    p.add_argument(
+        "--principal",
+        action="append",
+        metavar="NAME",
+        help="a certificate for NAME (repeat; default: master, agent and operator)",
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        metavar="HOST",
+        help="a DNS name or IP address clients dial (repeat; default: localhost, 127.0.0.1 and "
+        "this machine's name)",
+    )
+    p.add_argument("--days", type=int, default=825, help="days the certificates are valid (default 825)")
+    p.add_argument("--force", action="store_true", help="replace certificates that exist already")
+    p.set_defaults(func=commands.certs)
     return parser
 
 

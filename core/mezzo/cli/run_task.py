@@ -15,6 +15,7 @@ import time
 
 import mezzo
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo, TaskState
+from mezzo.config import TlsConfig
 
 # Exit statuses when the command itself gave none.
 EXIT_KILLED = 137
@@ -80,11 +81,20 @@ def _say(line: str) -> None:
     print(f"mezzo run: {line}", file=sys.stderr, flush=True)
 
 
-def run_command(master: str, argv: list[str], *, cpus: float, mem: float, name: str, timeout: float) -> int:
+def run_command(
+    master: str,
+    argv: list[str],
+    *,
+    cpus: float,
+    mem: float,
+    name: str,
+    timeout: float,
+    tls: TlsConfig | None = None,
+) -> int:
     """Run ``argv`` as one task on the cluster at ``master``; return its exit status."""
     resources = Resources(cpus=cpus, mem=mem)
     scheduler = _OneTask(argv, resources, name)
-    driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master)
+    driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master, tls=tls)
     driver.start()
     try:
         finished = scheduler.done.wait(timeout if timeout > 0 else None)

@@ -15,7 +15,7 @@ Usage (a program the agent starts as a framework's executor)::
 
 The agent starts the executor with ``MEZZO_AGENT_ENDPOINT`` (``host:port``),
 ``MEZZO_FRAMEWORK_ID``, ``MEZZO_EXECUTOR_ID`` and ``MEZZO_SANDBOX`` in the
-environment; the driver reads them, dials the agent, calls ``register_executor``
+environment (and ``MEZZO_TLS_CA`` when its port is TLS); the driver reads them, dials the agent, calls ``register_executor``
 and dispatches what the agent sends. Callbacks run on the process-wide driver
 thread (:mod:`mezzo.driver.runtime`): hand long work to your own threads.
 
@@ -49,9 +49,10 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..config import TlsConfig
 from ..discovery import FixedAddress
 from ..resources import InvalidResources, Resources
-from ..rpc import Connection, parse_address
+from ..rpc import Connection, client_tls, parse_address
 from ..services import AGENT, EXECUTOR
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from .lifecycle import DriverError, DriverLifecycle, DriverStatus
@@ -66,6 +67,8 @@ scheduler's cap: the agent is on the same host, few executors dial it, and once 
 gives them only ``agent.executor_register_timeout`` (20 s by default) to re-register."""
 
 ENVIRONMENT = ("MEZZO_AGENT_ENDPOINT", "MEZZO_FRAMEWORK_ID", "MEZZO_EXECUTOR_ID", "MEZZO_SANDBOX")
+TLS_CA_ENV = "MEZZO_TLS_CA"
+"""Set by an agent whose port is TLS: the CA its certificate is checked against."""
 """Variables the agent sets for an executor; the driver needs all of them."""
 
 
@@ -135,6 +138,10 @@ class ExecutorDriver(DriverLifecycle):
         self._executor_id = env["MEZZO_EXECUTOR_ID"]
         self._sandbox = pathlib.Path(env["MEZZO_SANDBOX"])
         self._linger = float(linger)
+        # The agent's port is TLS when the agent's is: it names its CA, and the
+        # executor checks the agent against it (no certificate of its own).
+        ca = env.get(TLS_CA_ENV)
+        tls = client_tls(TlsConfig(enabled=True, ca=ca)) if ca else None
         super().__init__(
             FixedAddress(host, port),
             EXECUTOR,
@@ -148,6 +155,7 @@ class ExecutorDriver(DriverLifecycle):
             },
             recovery_timeout=recovery_timeout,
             redial_cap=AGENT_REDIAL_CAP,
+            tls=tls,
         )
         # Driver-thread state.
         self._registered_once = False

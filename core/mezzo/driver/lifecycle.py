@@ -46,7 +46,7 @@ import structlog
 from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import FixedAddress, LeaderAddress
 from ..errors import MezzoError
-from ..rpc import Connection, ServiceSchema, connect
+from ..rpc import ClientTls, Connection, ServiceSchema, connect
 from .runtime import SLOW_CALLBACK_SECONDS, get_runtime
 
 
@@ -95,12 +95,14 @@ class DriverLifecycle:
         log_context: Mapping[str, Any],
         recovery_timeout: float | None = None,
         redial_cap: float = REDIAL_CAP,
+        tls: ClientTls | None = None,
     ) -> None:
         if not reconnect_interval > 0:
             raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval!r}")
         self._target = target
         self._schema = schema
         self._handler = handler
+        self._tls = tls
         self._reconnect_interval = float(reconnect_interval)
         self._recovery_timeout = recovery_timeout
         # get_runtime() first: it gives a process that never configured structlog the
@@ -280,7 +282,8 @@ class DriverLifecycle:
                 continue
             try:
                 conn = await asyncio.wait_for(
-                    connect(address[0], address[1], self._schema, self._handler), CONNECT_TIMEOUT
+                    connect(address[0], address[1], self._schema, self._handler, tls=self._tls),
+                    CONNECT_TIMEOUT,
                 )
             except (TimeoutError, OSError) as exc:
                 failures += 1

@@ -73,9 +73,11 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from ..config import TlsConfig
 from ..discovery import FixedAddress, LeaderAddress, peer_address
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection
+from ..rpc.tls import client_tls_for
 from ..services import MASTER, SCHEDULER
 from ..wire.ttypes import (
     Filters,
@@ -158,7 +160,9 @@ class SchedulerDriver(DriverLifecycle):
 
     ``framework`` is copied; an empty ``user`` or ``hostname`` is filled in from
     this process. A non-empty ``framework.framework_id`` makes the first
-    registration a failover of that framework.
+    registration a failover of that framework. ``tls`` (a ``[tls]`` table: the
+    cluster's CA, this framework's certificate and key) secures the connection;
+    without it the ``[tls]`` of ``$MEZZO_CONFIG`` applies, if that is set.
     """
 
     def __init__(
@@ -169,8 +173,10 @@ class SchedulerDriver(DriverLifecycle):
         *,
         implicit_acknowledgements: bool = True,
         reconnect_interval: float = 0.5,
+        tls: TlsConfig | None = None,
     ) -> None:
         target = parse_master(master)
+        client = client_tls_for(tls)
         if not isinstance(framework, FrameworkInfo):
             raise TypeError(f"framework must be a mezzo.FrameworkInfo, got {type(framework).__name__}")
         self.scheduler = scheduler
@@ -187,6 +193,7 @@ class SchedulerDriver(DriverLifecycle):
             reconnect_interval=reconnect_interval,
             logger="mezzo.driver.scheduler",
             log_context={"component": "scheduler-driver", "framework": self._framework.name},
+            tls=client,
         )
         self._framework_id: str | None = self._framework.framework_id or None
         self._master_name = ""

@@ -36,12 +36,12 @@ from typing import Any
 import structlog
 
 from ..builtin import AgentListFilter, MinFreeFilter
-from ..config import MasterConfig, parse_min_offer
+from ..config import MasterConfig, TlsConfig, parse_min_offer
 from ..errors import MezzoError
 from ..heap import tune_gc
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
-from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve
+from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from .agent_lifecycle import AgentLifecycle
@@ -77,8 +77,15 @@ class Master:
         *,
         clock: Clock | None = None,
         outbox: Outbox | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.config = config
+        self.tls = tls if tls is not None and tls.enabled else None
+        """``[tls]`` when on: the master listens with TLS, every peer shows a certificate
+        (unless ``tls.peer_certificates`` is "optional")."""
+        self._server_tls = (
+            server_tls(self.tls) if self.tls is not None else None
+        )  # ConfigError now, not at start
         self.plugins = plugins
         self.clock: Clock = clock if clock is not None else LoopClock()
         self.outbox: Outbox = outbox if outbox is not None else ConnectionOutbox()
@@ -268,6 +275,7 @@ class Master:
             self.gate,
             max_frame=self.config.max_frame_bytes,
             limiter=self.connection_limiter,
+            tls=self._server_tls,
         )
         bound = self._server.sockets[0].getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
@@ -280,6 +288,7 @@ class Master:
             address=self.address,
             allocator=self.config.allocator.name,
             zk=str(self.zk_url) if self.zk_url else None,
+            tls=self.tls is not None,
         )
         if self.zk_url is None:
             self.lead()  # no await since binding: no call can have arrived before this

@@ -13,7 +13,10 @@ Layers, bottom up (each testable without the next):
   silent and half-sent ones, unread replies.
 - :mod:`.listener` accepts a server's connections, each admitted or refused by the
   limiter as it is accepted.
-- :mod:`.endpoint` binds servers and dials clients (TCP_NODELAY on every socket).
+- :mod:`.tls` builds TLS contexts from ``[tls]``, names a peer by its certificate and
+  says why a handshake failed.
+- :mod:`.endpoint` binds servers and dials clients (TCP_NODELAY on every socket),
+  with TLS when given.
 """
 
 from .codec import MalformedMessage, Remote, ServiceSchema
@@ -22,10 +25,12 @@ from .endpoint import connect, parse_address, serve
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
 from .limits import ConnectionLimiter
 from .listener import Listener
+from .tls import ClientTls, ServerTls, client_tls, server_tls
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "TRAFFIC",
+    "ClientTls",
     "Connection",
     "ConnectionLimiter",
     "FrameDecoder",
@@ -33,9 +38,12 @@ __all__ = [
     "Listener",
     "MalformedMessage",
     "Remote",
+    "ServerTls",
     "ServiceSchema",
     "Traffic",
+    "client_tls",
     "connect",
     "parse_address",
     "serve",
+    "server_tls",
 ]

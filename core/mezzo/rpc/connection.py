@@ -43,6 +43,7 @@ import structlog
 from .codec import MalformedMessage, Remote, ServiceSchema
 from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
 from .offload import INLINE_DECODE_MAX
+from .tls import principal_of, reads_as_tls_record
 
 if TYPE_CHECKING:
     from .limits import ConnectionLimiter
@@ -131,6 +132,9 @@ class Connection(asyncio.Protocol):
         self.max_frame = max_frame
         self.tag: Any = None
         self.peer = "?"
+        self.principal: str | None = None
+        """Who the peer proved to be: the common name of its TLS certificate (None
+        without TLS, or for a client without a certificate where that is allowed)."""
         self._loop = loop or asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._decoder = FrameDecoder(max_frame)
@@ -170,6 +174,7 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.principal = principal_of(transport)
         limiter = self._limiter
         if limiter is not None:
             limiter.made(self, self._address, self._loop.time())
@@ -184,7 +189,14 @@ class Connection(asyncio.Protocol):
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as exc:
-            log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
+            if reads_as_tls_record(exc.size):
+                log.warning(
+                    "closing connection: the peer began a TLS handshake at this plaintext port "
+                    "(is tls.enabled on at its side and off here?)",
+                    peer=self.peer,
+                )
+            else:
+                log.warning("closing connection: oversized frame", peer=self.peer, error=str(exc))
             self.close()
             return
         if (self._decoding is not None or self._holds) and frames:

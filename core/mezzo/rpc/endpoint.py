@@ -5,12 +5,15 @@ one shared handler; ``connect`` dials a peer and returns the connection. Both se
 TCP_NODELAY (Apache Thrift's TSocket never does, and pipelined messages then stall
 on Nagle's algorithm). A server's connections are bounded by the
 :class:`~mezzo.rpc.limits.ConnectionLimiter` it is given (the daemons always give
-one); a dialled connection has no bounds but ``max_frame``.
+one); a dialled connection has no bounds but ``max_frame``. With TLS (:mod:`.tls`)
+both sides run the handshake before the connection is made: a server's peer is
+refused if it fails it, a client's dial raises :class:`OSError` saying why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 from .codec import ServiceSchema
@@ -19,6 +22,7 @@ from .framing import DEFAULT_MAX_FRAME
 from .limits import ConnectionLimiter
 from .listener import Listener, bind
 from .offload import OFFLOAD
+from .tls import ClientTls, ServerTls, dial_failure
 
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
@@ -57,12 +61,15 @@ async def serve(
     *,
     max_frame: int = DEFAULT_MAX_FRAME,
     limiter: ConnectionLimiter | None = None,
+    tls: ServerTls | None = None,
 ) -> Listener:
     """Listen on ``host:port`` (port 0 picks a free one) dispatching to ``handler``.
 
     Every accepted socket is admitted or refused by ``limiter`` as it is accepted,
     and its connection bounded by it (None: unbounded, for tests of the layers
-    below). Frames too big to decode without holding the loop are decoded on the
+    below). With ``tls``, every peer first completes a TLS handshake, within
+    ``tls.handshake_timeout`` (the limiter counts it meanwhile). Frames too big to
+    decode without holding the loop are decoded on the
     process's worker thread (:mod:`.offload`). The result stands in for an
     ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``.
     """
@@ -77,6 +84,7 @@ async def serve(
             schema, handler, max_frame=max_frame, loop=loop, limiter=limiter, address=address, offload=OFFLOAD
         ),
         limiter,
+        tls,
     )
 
 
@@ -87,10 +95,24 @@ async def connect(
     handler: Any,
     *,
     max_frame: int = DEFAULT_MAX_FRAME,
+    tls: ClientTls | None = None,
 ) -> Connection:
-    """Dial ``host:port``; incoming calls of ``schema`` go to ``handler``."""
+    """Dial ``host:port``; incoming calls of ``schema`` go to ``handler``.
+
+    With ``tls`` the server's certificate is checked (and the host dialled against
+    it); a failed handshake raises :class:`OSError` naming what to check."""
     loop = asyncio.get_running_loop()
-    _transport, conn = await loop.create_connection(
-        lambda: Connection(schema, handler, max_frame=max_frame, loop=loop), host, port
-    )
+
+    def make() -> Connection:
+        return Connection(schema, handler, max_frame=max_frame, loop=loop)
+
+    if tls is None:
+        _transport, conn = await loop.create_connection(make, host, port)
+        return conn
+    try:
+        _transport, conn = await loop.create_connection(
+            make, host, port, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout
+        )
+    except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as exc:
+        raise dial_failure(exc, host, port) from None
     return conn

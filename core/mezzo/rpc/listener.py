@@ -17,6 +17,11 @@ one being refused. Should ``accept()`` run out of descriptors or memory anyway
 (the daemon's own files ate its reserve), the listener stops reading for
 :data:`ACCEPT_RETRY_DELAY` and logs once, then tries again.
 
+With TLS, a socket's handshake runs before its connection is made; a peer that
+fails it (plaintext at a TLS port, no certificate or an untrusted one, too slow) is
+logged once with the reason in an operator's words (:func:`.tls.handshake_refusal`)
+and its slot given back.
+
 It stands in for ``asyncio.Server`` where mezzo uses one: ``sockets``, ``close()``,
 ``wait_closed()``. Closing it stops accepting; connections already made live on,
 as with asyncio's server.
@@ -34,6 +39,7 @@ import structlog
 
 from .connection import Connection
 from .limits import ConnectionLimiter
+from .tls import ServerTls, handshake_refusal
 
 log = structlog.get_logger("mezzo.rpc")
 
@@ -42,6 +48,9 @@ ACCEPT_BATCH = 512
 
 ACCEPT_RETRY_DELAY = 0.5
 """Seconds the listener rests after ``accept()`` ran out of descriptors or memory."""
+
+REFUSAL_LOG_INTERVAL = 10.0
+"""Seconds between two log lines for handshakes refused for the same reason."""
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST
@@ -96,10 +105,13 @@ class Listener:
         sockets: list[socket.socket],
         make: Callable[[str], Connection],
         limiter: ConnectionLimiter | None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.sockets = sockets
         self._make = make
         self._limiter = limiter
+        self._tls = tls
+        self._refusals = _RefusalLog()
         self._loop = asyncio.get_running_loop()
         self._starting: set[asyncio.Task] = set()
         self._retry: dict[int, asyncio.TimerHandle] = {}
@@ -130,19 +142,25 @@ class Listener:
                     continue
                 address = admitted
             conn.setblocking(False)
-            task = loop.create_task(self._start(conn, address))
+            task = loop.create_task(self._start(conn, address, peer))
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
 
-    async def _start(self, sock: socket.socket, address: str) -> None:
+    async def _start(self, sock: socket.socket, address: str, peer: tuple) -> None:
         made: list[Connection] = []
 
         def factory() -> Connection:
             made.append(self._make(address))
             return made[0]
 
+        tls = self._tls
         try:
-            await self._loop.connect_accepted_socket(factory, sock)
+            if tls is None:
+                await self._loop.connect_accepted_socket(factory, sock)
+            else:
+                await self._loop.connect_accepted_socket(
+                    factory, sock, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout
+                )
         except Exception as exc:  # the peer left during set-up, or worse
             # Once made, the connection's transport owns the socket, and its loss
             # gives the slot back; before that, both are ours to give back.
@@ -150,7 +168,11 @@ class Listener:
                 sock.close()
                 if self._limiter is not None:
                     self._limiter.abandon(address)
-            log.info("could not start a connection", error=str(exc) or type(exc).__name__)
+            if tls is not None and not (made and made[0]._transport is not None):
+                # The factory runs before the handshake, connection_made after it.
+                self._refusals.note(handshake_refusal(exc), f"{peer[0]}:{peer[1]}", self._loop.time())
+            else:
+                log.info("could not start a connection", error=str(exc) or type(exc).__name__)
 
     def _rest(self, sock: socket.socket, exc: OSError) -> None:
         """Out of descriptors (or memory): stop accepting for a moment, log once per spell."""
@@ -197,6 +219,29 @@ class Listener:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.wait_closed()
+
+
+class _RefusalLog:
+    """Logs refused handshakes, each reason at most once per :data:`REFUSAL_LOG_INTERVAL`
+    (saying how many more there were), so that a peer dialling in a loop cannot
+    flood the log. Holds one entry per reason: a few strings."""
+
+    __slots__ = ("_last", "_since")
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def note(self, reason: str, peer: str, now: float) -> None:
+        last = self._last.get(reason)
+        if last is not None and now - last < REFUSAL_LOG_INTERVAL:
+            self._since[reason] = self._since.get(reason, 0) + 1
+            return
+        if len(self._last) >= 64:  # reasons are a handful; never let odd texts pile up
+            self._last.clear()
+            self._since.clear()
+        self._last[reason] = now
+        log.warning("refused a connection: " + reason, peer=peer, more_since_last=self._since.pop(reason, 0))
 
 
 def _reset(sock: socket.socket) -> None:
