@@ -44,6 +44,11 @@ What it does, by the message flows of ``docs/protocol.md``:
   The journal is compacted as it grows, so it stays proportional to what the agent
   runs now, and is bounded by ``agent.max_journal_bytes``: a task that would take
   its live state past half of that is refused (TASK_DROPPED, reason ``journal_full``).
+- The work dir (:mod:`.work_dir`). Created 0700; the agent refuses to start (ConfigError
+  ``agent.work_dir``) unless it, its ancestors and the journal are safe from other users:
+  whoever could write the journal could make a restarted agent kill any process. Sandboxes
+  are created 0750, never through a symlink. On recovery a journaled process is adopted or
+  killed only if it can be tied to a container the agent started (:mod:`.provenance`).
 
 Error handling: a call that makes no sense (unknown task, duplicate task id, a
 master-only call from an executor's connection, ...) is logged with who it is
@@ -82,6 +87,7 @@ from .containerizer import Containerizer
 from .executors import ExecutorRun
 from .host import agent_hostname, agent_resources
 from .master_link import DEFAULT_MASTER_PORT, MasterLink
+from .provenance import disown_strangers, is_sandbox
 from .recovery_plan import (
     CHECKPOINT_UNREADABLE,
     RecoveryPlan,
@@ -93,6 +99,7 @@ from .sandbox import InvalidId, Sandbox, check_id
 from .service import AgentService
 from .statistics import StatisticsReporter
 from .status_updates import StatusUpdateManager, StreamKey
+from .work_dir import UnsafePath, prepare_work_dir
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
@@ -200,12 +207,7 @@ class Agent:
     async def start(self) -> None:
         """Bind, then keep registering with the master in the background."""
         config = self.config
-        try:
-            os.makedirs(config.work_dir, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                "agent.work_dir", f"cannot create {config.work_dir!r}: {exc.strerror}"
-            ) from None
+        self._prepare_work_dir()
         self.resources = agent_resources(config.resources, config.work_dir)
         try:
             self.checkpoint.lock()
@@ -244,6 +246,21 @@ class Agent:
             resources=str(self.resources),
             isolation=self.containerizer.names,
         )
+
+    def _prepare_work_dir(self) -> None:
+        """Create the work dir (0700) and refuse to start, with a one-line ConfigError, unless
+        it and the journal in it are the agent's own (:mod:`.work_dir`): the agent replays
+        that journal and signals the processes it names."""
+        work_dir = self.config.work_dir
+        try:
+            prepare_work_dir(work_dir)
+            self.checkpoint.check_files()
+        except UnsafePath as exc:
+            raise ConfigError("agent.work_dir", str(exc)) from None
+        except OSError as exc:
+            raise ConfigError(
+                "agent.work_dir", f"cannot create {work_dir!r}: {exc.strerror or exc}"
+            ) from None
 
     async def _bind(self, host: str, port: int, recovered_port: int) -> Listener:
         max_frame, limiter = self.config.max_frame_bytes, self._limiter
@@ -287,7 +304,17 @@ class Agent:
             executors=len(state.executors),
             problems=len(state.problems),
         )
-        sandboxes = unrecorded_sandboxes(state)
+        work_dir = os.path.abspath(self.config.work_dir)
+        for stranger in disown_strangers(state, work_dir):
+            self.log.warning(
+                "leaving alone what the checkpoint names: not a container this agent started",
+                pid=stranger.pid or None,
+                framework=stranger.framework_id,
+                container=stranger.what,
+                why=stranger.why,
+            )
+        # Only the agent's own sandboxes: a leader is found there by its working directory.
+        sandboxes = [s for s in unrecorded_sandboxes(state) if is_sandbox(s, work_dir)]
         leaders = posix.session_leaders_in(sandboxes) if sandboxes else {}
         found = {}
         for sandbox in sandboxes:

@@ -58,6 +58,7 @@ from . import checkpoint
 from .container_run import ContainerRun, command_argv, command_env
 from .posix import describe_exit
 from .sandbox import Sandbox
+from .work_dir import open_no_follow
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -230,7 +231,7 @@ class CommandTask(ContainerRun):
     def _output_tail(self) -> bytes | None:
         assert self.sandbox is not None
         try:
-            with open(self.sandbox.stdout, "rb") as f:
+            with os.fdopen(open_no_follow(self.sandbox.stdout), "rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 f.seek(max(0, size - OUTPUT_TAIL_BYTES))
                 return f.read() or None

@@ -127,7 +127,9 @@ class ContainerRun:
             return
         config = self.agent.config
         try:
-            self.sandbox = Sandbox.create(config.work_dir, self.framework_id, self.ident, self.container_id)
+            # Absolute, as journaled: MEZZO_SANDBOX then names it exactly (recovery checks it).
+            work_dir = os.path.abspath(config.work_dir)
+            self.sandbox = Sandbox.create(work_dir, self.framework_id, self.ident, self.container_id)
             self._sandbox_ready()
         except OSError as exc:
             self._not_started("sandbox_creation_failed", f"cannot create {self.sandbox_noun}: {exc}")

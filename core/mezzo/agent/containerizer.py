@@ -55,6 +55,7 @@ from .exit_wrapper import (  # noqa: F401 - EXIT_FILE, EXIT_WRAPPER, SHELL_EXIT_
     exit_wrapped,
     read_exit_file,
 )
+from .work_dir import open_no_follow
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
@@ -159,6 +160,8 @@ class RunningContainer:
         )
 
     def _send_term(self) -> None:
+        if self.adopted and posix.identify(self.pid, self.start_time) == posix.OTHER:
+            return  # the adopted leader is gone and its pid names another process now
         self._known |= posix.snapshot(self.pid)
         posix.signal_group(self.pid, signal.SIGTERM)
 
@@ -510,7 +513,12 @@ def _popen(
 def _start(
     argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str, preexec_owners: Mapping[int, str]
 ) -> subprocess.Popen:
-    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+    # The container's own output files in its sandbox: never written through a symlink.
+    output = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    with (
+        os.fdopen(open_no_follow(stdout, output, 0o666), "ab") as out,
+        os.fdopen(open_no_follow(stderr, output, 0o666), "ab") as err,
+    ):
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -561,7 +569,7 @@ def _chain(functions: list[Callable[[], None]], owners: Mapping[int, str]) -> Ca
 def _preexec_failure(stderr: str) -> str | None:
     """The last line :func:`_chain` wrote to the container's ``stderr`` file, if any."""
     try:
-        with open(stderr, "rb") as f:
+        with os.fdopen(open_no_follow(stderr), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
             tail = f.read().decode("utf-8", "replace")

@@ -36,11 +36,13 @@ a signal ("Terminated") on the container's stderr.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import posix
+from .work_dir import open_no_follow
 
 EXIT_FILE = ".mezzo-exit"
 """Where, in its sandbox, a container launched with an exit file records its exit status."""
@@ -96,7 +98,7 @@ def read_exit_file(path: str) -> int | None:
     """The return code recorded in an exit file (negative: the wrapper died of that
     signal, as :data:`EXIT_WRAPPER` does), or None if there is none or it is unreadable."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_no_follow(path), "rb") as f:
             text = f.read(32)
         status = int(text.strip())
     except (OSError, ValueError):

@@ -224,6 +224,30 @@ def children(pid: int) -> list[int]:
     return [e.pid for e in process_table().values() if e.ppid == pid]
 
 
+def working_dir(pid: int) -> str:
+    """Where ``pid`` works (``/proc/<pid>/cwd``, symlinks resolved; `` (deleted)`` appended
+    by the kernel if the directory was removed); empty when unreadable or gone."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def environment_value(pid: int, name: str) -> str | None:
+    """The value of ``name`` in the environment ``pid`` was started with
+    (``/proc/<pid>/environ``); None when it is not set, unreadable or the process gone."""
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for item in data.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "surrogateescape")
+    return None
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

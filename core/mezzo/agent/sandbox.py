@@ -14,12 +14,20 @@ components: :func:`check_id` refuses anything that could leave the tree
 (``..``, ``/``, NUL) with :class:`InvalidId`, which the agent turns into a
 TASK_ERROR rather than a crash. Sandboxes are kept after their container ends
 so users can read the output; removing old ones is left to the operator.
+
+Directories are created mode 0750, one at a time through directory fds, never
+through a symlink (:func:`~.work_dir.make_dirs`): each one on the way, created or
+found, must be a real directory of the agent's, or the launch fails with an
+:class:`~.work_dir.UnsafePath` (an ``OSError``) saying which and why, instead of
+writing wherever a planted symlink points.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from .work_dir import SANDBOX_MODE, make_dirs
 
 MAX_ID_LENGTH = 255
 
@@ -47,22 +55,17 @@ class Sandbox:
 
     @classmethod
     def create(cls, work_dir: str, framework_id: str, executor_id: str, container_id: str) -> Sandbox:
-        path = cls.path_for(work_dir, framework_id, executor_id, container_id)
-        os.makedirs(path, exist_ok=True)
+        """Create the sandbox (and the directories leading to it) under ``work_dir``, which
+        must exist. Raises :class:`InvalidId`, or ``OSError`` (:class:`~.work_dir.UnsafePath`
+        for a symlink or a directory not the agent's on the way)."""
+        path = make_dirs(work_dir, _components(framework_id, executor_id, container_id), SANDBOX_MODE)
+        # Tasks will run as other users: this is where the sandbox is to be chowned to them.
         return cls(path)
 
     @staticmethod
     def path_for(work_dir: str, framework_id: str, executor_id: str, container_id: str) -> str:
         """Where :meth:`create` puts that sandbox (nothing is created)."""
-        return os.path.join(
-            work_dir,
-            "frameworks",
-            check_id("framework id", framework_id),
-            "executors",
-            check_id("executor id", executor_id),
-            "runs",
-            check_id("container id", container_id),
-        )
+        return os.path.join(work_dir, *_components(framework_id, executor_id, container_id))
 
     @property
     def stdout(self) -> str:
@@ -74,6 +77,16 @@ class Sandbox:
 
     def task_dir(self, task_id: str) -> str:
         """Create and return ``tasks/<task_id>/`` (custom executors' tasks)."""
-        path = os.path.join(self.path, "tasks", check_id("task id", task_id))
-        os.makedirs(path, exist_ok=True)
-        return path
+        return make_dirs(self.path, ["tasks", check_id("task id", task_id)], SANDBOX_MODE)
+
+
+def _components(framework_id: str, executor_id: str, container_id: str) -> list[str]:
+    """The directories from the work dir down to a sandbox (ids checked)."""
+    return [
+        "frameworks",
+        check_id("framework id", framework_id),
+        "executors",
+        check_id("executor id", executor_id),
+        "runs",
+        check_id("container id", container_id),
+    ]

@@ -40,10 +40,15 @@ framework) can take the live state past the half, while the master does not ackn
 them; the journal is then compacted when it reaches ``max_bytes`` (or a quarter more than
 its live state, whichever is more), and an error says so.
 
-Error handling: nothing here raises into the agent (but :meth:`Checkpoint.lock`, when
-another agent holds the work dir). An unreadable journal, or a damaged record in it, is
-logged as an error naming the file, the offset and the reason (see :mod:`.records` and
-:mod:`.replay` for what becomes of each). A write that fails (disk full, I/O error) is
+Trust: only the agent may be able to write here, or a forged journal could name any
+process for a restarted agent to signal. ``meta/`` is created 0700 and the files 0600,
+never through a symlink (``O_NOFOLLOW``); :meth:`Checkpoint.check_files` tells whether
+what is there is the agent's own (the agent refuses to start otherwise).
+
+Error handling: nothing here raises into the agent but :meth:`Checkpoint.lock` (another
+agent holds the work dir) and :meth:`Checkpoint.check_files`. An unreadable journal, or a
+damaged record in it, is logged as an error naming the file, the offset and the reason (see
+:mod:`.records` and :mod:`.replay` for what becomes of each). A write that fails (disk full, I/O error) is
 logged and retried as a full rewrite of the journal at most once a second, so the journal
 is whole again once the disk recovers.
 """
@@ -60,6 +65,7 @@ import structlog
 
 from ...config import DEFAULT_MAX_JOURNAL_BYTES, MIN_MAX_JOURNAL_BYTES
 from ...wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskStatus
+from ..work_dir import check_entry, make_private_dir, open_no_follow
 from .records import decode_all, encode, header_size, payload_size
 from .replay import CheckpointState, Entity, entity_of, replay
 
@@ -151,8 +157,9 @@ class Checkpoint:
             return
         path = os.path.join(self.dir, LOCK)
         try:
-            os.makedirs(self.dir, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            make_private_dir(self.dir)
+            # Not through a symlink: the lock is truncated and written below.
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             log.error(
                 "cannot create the work dir's lock; running without it",
@@ -178,6 +185,17 @@ class Checkpoint:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
+    def check_files(self) -> None:
+        """Raise :class:`~mezzo.agent.work_dir.UnsafePath` unless ``meta/``, the journal and
+        its lock, where they exist, are the agent's own: a real directory or file, owned by
+        its effective uid, not writable by group or others. A journal someone else could
+        write could name any process for a restarted agent to kill."""
+        if not self.enabled:
+            return
+        check_entry(self.dir, directory=True, missing_ok=True)
+        for name in (JOURNAL, LOCK):
+            check_entry(os.path.join(self.dir, name), directory=False, missing_ok=True)
+
     def unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -199,7 +217,7 @@ class Checkpoint:
         except OSError:
             pass
         try:
-            with open(self.path, "rb") as f:
+            with os.fdopen(open_no_follow(self.path), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             return self.state
@@ -259,8 +277,8 @@ class Checkpoint:
         data = b"".join(encode(kind, h, blob) for kind, h, blob in records)
         tmp = self.path + ".new"
         try:
-            os.makedirs(self.dir, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            make_private_dir(self.dir)
+            fd = open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
             try:
                 _write_all(fd, data)
             except BaseException:
