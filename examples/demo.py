@@ -2,7 +2,8 @@
 """The `make run` demo: a local cluster shared by two frameworks under DRF.
 
 Starts ``mezzo local --agents 3`` (a master and three agents on loopback, each
-agent with 4 cpus and 4 GB), then two frameworks in this process:
+agent with 4 cpus and 4 GB, over TLS with the throw-away certificates it makes),
+then two frameworks in this process:
 
 - ``render`` runs cpu-heavy tasks  <1 cpu, 256 MB>,
 - ``etl``    runs memory-heavy tasks <0.5 cpu, 1 GB>.
@@ -28,8 +29,10 @@ import threading
 import time
 
 import mezzo
+import mezzo.config
 import mezzo.log
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
+from mezzo.config import TlsConfig
 from mezzo.state_client import MasterUnreachable, fetch_state
 from mezzo.testing import free_port
 
@@ -87,14 +90,20 @@ class DemoFramework(mezzo.Scheduler):
                     self.done.set()
 
 
-def wait_for_cluster(master: str, agents: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+def wait_for_cluster(master: str, agents: int, proc: subprocess.Popen, client_config: str,
+                     timeout: float = 30) -> TlsConfig:
+    """Wait for ``agents`` agents; returns the [tls] that ``mezzo local`` wrote for clients
+    (it runs TLS with throw-away certificates)."""
     deadline = time.monotonic() + timeout
+    tls = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"mezzo local exited with status {proc.returncode}")
+        if tls is None and os.path.exists(client_config):
+            tls = mezzo.config.load(client_config).tls
         try:
-            if sum(a["connected"] for a in fetch_state(master, 2)["agents"]) >= agents:
-                return
+            if tls is not None and sum(a["connected"] for a in fetch_state(master, 2, tls)["agents"]) >= agents:
+                return tls
         except MasterUnreachable:
             pass
         time.sleep(0.1)
@@ -120,21 +129,21 @@ def main() -> int:
              "--resources", "cpus:4;mem:4096", "--work-dir", work],
             stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for_cluster(master, 3, cluster)
+        tls = wait_for_cluster(master, 3, cluster, os.path.join(work, "client.toml"))
         frameworks = [
             DemoFramework("render", 1.0, 256, args.tasks, args.task_seconds, args.per_offer),
             DemoFramework("etl", 0.5, 1024, args.tasks, args.task_seconds, args.per_offer),
         ]
         drivers = []
         for fw in frameworks:
-            d = mezzo.SchedulerDriver(fw, FrameworkInfo(name=fw.name), master)
+            d = mezzo.SchedulerDriver(fw, FrameworkInfo(name=fw.name), master, tls=tls)
             d.start()
             drivers.append(d)
         started = time.monotonic()
         samples: dict[str, list[float]] = {fw.name: [] for fw in frameworks}
         while not all(fw.done.is_set() for fw in frameworks):
             time.sleep(1.0)
-            state = fetch_state(master, 5)
+            state = fetch_state(master, 5, tls)
             shares = {f["name"]: f for f in state["frameworks"]}
             parts = []
             for fw in frameworks:

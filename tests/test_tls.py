@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import mezzo
+import mezzo.config
 from mezzo.certs import issue
 from mezzo.config import TlsConfig
 from mezzo.errors import ConfigError
@@ -293,3 +294,89 @@ def test_the_state_client_connects_over_tls_with_principal(tls_master) -> None:
 
     assert asyncio.run(principal_seen_by_client()) == "master"
     assert os.path.exists(tls_master.tls.cert)
+
+
+# -- a whole cluster over TLS --------------------------------------------------------
+
+
+def test_a_whole_cluster_over_tls_runs_command_and_executor_tasks(mezzo_cluster) -> None:
+    """Master, agent (its own certificate), a framework's own executor (checking its
+    agent against the CA it is given) and ``mezzo run``: every connection TLS."""
+    from .test_custom_executor import UsesExecutor
+
+    cluster = mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01})
+    (agent,) = cluster.state()["agents"]
+    assert agent["connected"]
+    sched = UsesExecutor(2)
+    driver = mezzo.SchedulerDriver(
+        sched, mezzo.FrameworkInfo(name="tls-executor"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
+    driver.start()
+    try:
+        assert sched.done.wait(30), f"finished: {sorted(sched.finished)}"
+        driver.send_framework_message("echo", agent["id"], b"ping")
+        wait_for(lambda: sched.messages, 10, "the executor's reply")
+    finally:
+        driver.stop()
+        driver.join()
+    client = cluster.dir / "operator.toml"
+    t = cluster.tls
+    client.write_text(f'[tls]\nenabled = true\nca = "{t.ca}"\ncert = "{t.cert}"\nkey = "{t.key}"\n')
+    done = mezzo_cli(
+        "run", "--config", str(client), "--master", cluster.master, "--", "sh", "-c", "echo over-tls"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "over-tls" in done.stdout
+    # Nothing in the logs of a handshake gone wrong: everyone trusted everyone.
+    for name in ("master", "agent-1"):
+        log = (cluster.dir / f"{name}.log").read_text()
+        assert "refused a connection" not in log and "plaintext port" not in log, name
+
+
+def test_mezzo_local_runs_tls_by_default_and_writes_its_clients_config(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    work = tmp_path / "local"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mezzo",
+            "local",
+            "--agents",
+            "1",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--resources",
+            "cpus:1;mem:512",
+            "--work-dir",
+            str(work),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        client = work / "client.toml"
+        assert (
+            first.strip() == f"mezzo local: TLS on, throw-away certificates; clients: MEZZO_CONFIG={client}"
+        )
+        tls = mezzo.config.load(client).tls
+        state = wait_for(lambda: _state_with_agent(f"127.0.0.1:{port}", tls), timeout=30)
+        assert state["agents"][0]["connected"]
+        with pytest.raises(MasterUnreachable, match="listens with TLS"):
+            fetch_state(f"127.0.0.1:{port}", timeout=3)
+        assert stat.S_IMODE((work / "tls" / "operator.key").stat().st_mode) == 0o600
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _state_with_agent(master: str, tls: TlsConfig) -> dict | None:
+    try:
+        state = fetch_state(master, timeout=2, tls=tls)
+    except MasterUnreachable:
+        return None
+    return state if state["agents"] else None

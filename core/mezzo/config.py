@@ -263,7 +263,7 @@ class AgentConfig:
     resources: str = ""
     """Mesos syntax, e.g. ``cpus:4;mem:4096;ports:[31000-32000]``; empty = detected."""
     attributes: dict[str, str] = field(default_factory=dict)
-    work_dir: str = "/tmp/mezzo/agent"
+    work_dir: str = "/var/lib/mezzo/agent"
     """Sandboxes live under ``<work_dir>/frameworks/...``."""
     isolation: list[str] = field(default_factory=lambda: ["posix"])
     """Isolator components, in the order they prepare and isolate."""

@@ -70,14 +70,14 @@ from typing import Any
 import structlog
 
 from .. import is_terminal, state_name
-from ..config import AgentConfig
+from ..config import AgentConfig, TlsConfig
 from ..discovery import peer_address
 from ..errors import ConfigError, MezzoError
 from ..hookspecs import Container
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
-from ..rpc import Connection, ConnectionLimiter, Listener, parse_address, serve
+from ..rpc import Connection, ConnectionLimiter, Listener, client_tls, parse_address, serve, server_tls
 from ..services import AGENT, EXECUTOR, MASTER
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 from . import posix
@@ -138,9 +138,17 @@ class TaskRecord:
 class Agent:
     """One agent daemon. See the module docstring."""
 
-    def __init__(self, config: AgentConfig, plugins: Plugins | None = None) -> None:
+    def __init__(
+        self, config: AgentConfig, plugins: Plugins | None = None, *, tls: TlsConfig | None = None
+    ) -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else load_plugins()
+        self.tls = tls if tls is not None and tls.enabled else None
+        """``[tls]`` when on: the agent dials its master with TLS and listens with it (its
+        executors, which have no certificates, check it against ``tls.ca``)."""
+        # Built now, so that a bad file is a ConfigError before anything starts.
+        self._server_tls = server_tls(self.tls, certificates_optional=True) if self.tls else None
+        self._client_tls = client_tls(self.tls) if self.tls else None
         try:
             self._listen = parse_address(config.listen, DEFAULT_AGENT_PORT)
         except ValueError as exc:
@@ -233,6 +241,7 @@ class Agent:
             max_frame=config.max_frame_bytes,
             on_connected=self._master_connected,
             on_lost=self._master_lost,
+            tls=self._client_tls,
         )
         try:
             await self._link.start()
@@ -269,7 +278,13 @@ class Agent:
             # Executors find their agent through MEZZO_AGENT_ENDPOINT: be where they look.
             try:
                 return await serve(
-                    host, recovered_port, AGENT, self._service, max_frame=max_frame, limiter=limiter
+                    host,
+                    recovered_port,
+                    AGENT,
+                    self._service,
+                    max_frame=max_frame,
+                    limiter=limiter,
+                    tls=self._server_tls,
                 )
             except OSError as exc:
                 (self.log.error if executors else self.log.info)(
@@ -285,7 +300,9 @@ class Agent:
                 port=port,
                 before=recovered_port,
             )
-        return await serve(host, port, AGENT, self._service, max_frame=max_frame, limiter=limiter)
+        return await serve(
+            host, port, AGENT, self._service, max_frame=max_frame, limiter=limiter, tls=self._server_tls
+        )
 
     # -- recovery -----------------------------------------------------------
 

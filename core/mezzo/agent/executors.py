@@ -48,11 +48,13 @@ ended while the agent was down fails its tasks with its recorded exit status.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import TYPE_CHECKING
 
 from ..hookspecs import ContainerLaunch, Limitation
 from ..resources import Resources
 from ..rpc import Connection
+from ..rpc.tls import EXECUTOR_CA_ENV
 from ..services import EXECUTOR
 from ..wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from . import checkpoint
@@ -152,6 +154,8 @@ class ExecutorRun(ContainerRun):
                     "MEZZO_EXECUTOR_ID": self.executor_id,
                     "MEZZO_SANDBOX": sandbox.path,
                     "PYTHONUNBUFFERED": "1",
+                    # The agent's port is TLS: the executor checks it against the CA.
+                    **({EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)} if self.agent.tls else {}),
                 },
             ),
             cwd=sandbox.path,

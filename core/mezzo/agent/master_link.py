@@ -39,7 +39,7 @@ import structlog
 
 from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import peer_address
-from ..rpc import Connection, connect
+from ..rpc import ClientTls, Connection, connect
 from ..services import AGENT
 
 log = structlog.get_logger("mezzo.agent", component="agent")
@@ -63,8 +63,10 @@ class MasterLink:
         max_frame: int,
         on_connected: Callable[[Connection], None],
         on_lost: Callable[[Connection], None],
+        tls: ClientTls | None = None,
     ) -> None:
         self.target = peer_address(address, DEFAULT_MASTER_PORT)
+        self._tls = tls
         self._handler = handler
         self._interval = max(interval, 0.01)
         self._redial = Backoff(self._interval, max(REDIAL_CAP, self._interval))
@@ -106,7 +108,9 @@ class MasterLink:
                 await self.target.changed(self._interval)
                 continue
             try:
-                conn = await connect(address[0], address[1], AGENT, self._handler, max_frame=self._max_frame)
+                conn = await connect(
+                    address[0], address[1], AGENT, self._handler, max_frame=self._max_frame, tls=self._tls
+                )
             except OSError as exc:
                 wait = self._redial.next()
                 if failures % 20 == 0:

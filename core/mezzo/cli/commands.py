@@ -105,7 +105,7 @@ def agent(args: argparse.Namespace) -> int:
     cfg = _load(args, overrides)
     from ..agent import Agent
 
-    daemon = Agent(cfg.agent, load_plugins())
+    daemon = Agent(cfg.agent, load_plugins(), tls=cfg.tls)
     return asyncio.run(_serve_until_signal(daemon))
 
 
@@ -115,9 +115,17 @@ def local(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
     overrides.update({"master.listen": args.listen, "master.allocator.name": args.allocator})
     cfg = _load(args, overrides)
-    from .local_cluster import LocalCluster
+    from .local_cluster import LocalCluster, throwaway_tls
 
-    cluster = LocalCluster(cfg, args.agents, load_plugins())
+    agent_tls = None
+    if not cfg.tls.enabled and not args.no_tls:
+        # Before the plugins load and anything binds: a failure to write them is exit 2.
+        try:
+            cfg.tls, agent_tls, client = throwaway_tls(cfg.agent.work_dir)
+        except OSError as exc:
+            raise ConfigError("agent.work_dir", f"cannot write certificates there: {exc}") from None
+        print(f"mezzo local: TLS on, throw-away certificates; clients: MEZZO_CONFIG={client}", flush=True)
+    cluster = LocalCluster(cfg, args.agents, load_plugins(), agent_tls=agent_tls)
     return asyncio.run(_serve_until_signal(cluster))
 
 

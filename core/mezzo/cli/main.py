@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agents", type=int, default=3, metavar="N", help="number of agents (default 3)")
     p.add_argument("--listen", metavar="HOST:PORT", help="master address (default 127.0.0.1:5050)")
     p.add_argument("--allocator", metavar="NAME", help="allocator component (default drf)")
+    p.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="plaintext (default: TLS with throw-away certificates, unless the configuration has [tls]; "
+        "clients then use WORK_DIR/client.toml)",
+    )
     p.set_defaults(func=commands.local)
 
     p = sub.add_parser(
@@ -212,7 +218,7 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--work-dir",
         metavar="DIR",
-        help="sandboxes live here (TOML agent.work_dir; default /tmp/mezzo/agent)",
+        help="sandboxes and the checkpoint live here (TOML agent.work_dir; default /var/lib/mezzo/agent)",
     )
     p.add_argument("--isolation", metavar="NAMES", help="comma-separated isolator components (default posix)")
     p.add_argument("--hostname", help="hostname reported to the master (default: this machine's)")

@@ -53,6 +53,7 @@ from ..config import TlsConfig
 from ..discovery import FixedAddress
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, client_tls, parse_address
+from ..rpc.tls import EXECUTOR_CA_ENV
 from ..services import AGENT, EXECUTOR
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from .lifecycle import DriverError, DriverLifecycle, DriverStatus
@@ -67,8 +68,7 @@ scheduler's cap: the agent is on the same host, few executors dial it, and once 
 gives them only ``agent.executor_register_timeout`` (20 s by default) to re-register."""
 
 ENVIRONMENT = ("MEZZO_AGENT_ENDPOINT", "MEZZO_FRAMEWORK_ID", "MEZZO_EXECUTOR_ID", "MEZZO_SANDBOX")
-TLS_CA_ENV = "MEZZO_TLS_CA"
-"""Set by an agent whose port is TLS: the CA its certificate is checked against."""
+
 """Variables the agent sets for an executor; the driver needs all of them."""
 
 
@@ -140,7 +140,7 @@ class ExecutorDriver(DriverLifecycle):
         self._linger = float(linger)
         # The agent's port is TLS when the agent's is: it names its CA, and the
         # executor checks the agent against it (no certificate of its own).
-        ca = env.get(TLS_CA_ENV)
+        ca = env.get(EXECUTOR_CA_ENV)
         tls = client_tls(TlsConfig(enabled=True, ca=ca)) if ca else None
         super().__init__(
             FixedAddress(host, port),

@@ -121,6 +121,8 @@ class DriverLifecycle:
         self._redial = Backoff(interval, max(redial_cap, interval))
         self._takeover = Backoff(min(TAKEOVER_RETRY, interval), interval)
         self._taking_over = False
+        self._answered = False
+        """The peer of the current connection answered our registration."""
         self._dial_task: asyncio.Task | None = None
         self._held: collections.deque[tuple[str, Callable[..., None], tuple]] = collections.deque()
 
@@ -309,6 +311,7 @@ class DriverLifecycle:
             failures = 0
             self._conn = conn
             self._conn_address = address
+            self._answered = False
             self._connected(conn)
             await asyncio.shield(conn.closed)
             if self._conn is conn:
@@ -316,7 +319,16 @@ class DriverLifecycle:
             if self._status is not DriverStatus.RUNNING:
                 return
             lost_since = time.monotonic()
-            self._log.warning("connection to peer lost; will redial", peer=self.peer)
+            if not self._answered and self._tls is None:
+                # What a TLS port does to a plaintext client: the handshake fails, the
+                # connection is closed, nothing is ever answered.
+                self._log.warning(
+                    "connection to peer lost before it answered; will redial (if it listens with "
+                    "TLS, give [tls] settings: tls=, or $MEZZO_CONFIG)",
+                    peer=self.peer,
+                )
+            else:
+                self._log.warning("connection to peer lost; will redial", peer=self.peer)
             self._disconnected()
             if target.current() == address:
                 # The same peer again: give it a moment (longer each time it drops us
@@ -329,6 +341,7 @@ class DriverLifecycle:
         self._redial.reset()
         self._takeover.reset()
         self._taking_over = False
+        self._answered = True
 
     def _peer_not_leading(self, conn: Connection) -> None:
         """The master we dialled says it does not lead. If ZooKeeper names it all the

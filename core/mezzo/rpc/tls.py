@@ -33,6 +33,10 @@ from ..config import CONFIG_ENV, PEER_CERTIFICATES, TlsConfig
 from ..config import load as load_config
 from ..errors import ConfigError
 
+EXECUTOR_CA_ENV = "MEZZO_TLS_CA"
+"""Set by an agent whose port is TLS, for the executors it starts: the CA file its
+certificate is checked against."""
+
 _TLS_HANDSHAKE_RECORD = 0x16
 """The content type of a TLS record carrying a handshake (its first byte)."""
 _TLS_MAJOR_VERSION = 0x03
