@@ -380,3 +380,23 @@ def _state_with_agent(master: str, tls: TlsConfig) -> dict | None:
     except MasterUnreachable:
         return None
     return state if state["agents"] else None
+
+
+def test_the_master_runs_on_the_event_loop_its_configuration_names(mezzo_cluster) -> None:
+    """uvloop by default (TLS in C); asyncio's own loop when master.event_loop says so."""
+    uv = mezzo_cluster(agents=0, tls=True)
+    wait_for(lambda: "master started" in master_log(uv))
+    assert "event_loop=uvloop" in master_log(uv)
+    plain = mezzo_cluster(agents=0, master={"event_loop": "asyncio"})
+    wait_for(lambda: "master started" in master_log(plain))
+    assert "event_loop=asyncio" in master_log(plain)
+
+
+def test_a_bad_event_loop_is_refused_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "m.toml"
+    config.write_text('[master]\nevent_loop = "trio"\n')
+    done = mezzo_cli("master", "--config", str(config), "--listen", "127.0.0.1:0")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "mezzo master: master.event_loop: expected one of 'uvloop', 'asyncio', got 'trio'"
+    ]

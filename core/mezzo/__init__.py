@@ -58,20 +58,21 @@ def state_name(state: int) -> str:
         return f"TASK_STATE_{state}"
 
 
-_DRIVER_NAMES = {
+_LAZY_NAMES = {
     "Scheduler": "mezzo.driver.scheduler",
     "SchedulerDriver": "mezzo.driver.scheduler",
     "Executor": "mezzo.driver.executor",
     "ExecutorDriver": "mezzo.driver.executor",
     "DriverStatus": "mezzo.driver.lifecycle",
     "DriverError": "mezzo.driver.lifecycle",
+    "TlsConfig": "mezzo.config",
 }
 
 
 def __getattr__(name: str):
     # Drivers import asyncio machinery; load them on first use so that plugins and
     # tools importing mezzo for its types stay light.
-    module = _DRIVER_NAMES.get(name)
+    module = _LAZY_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'mezzo' has no attribute {name!r}")
     import importlib
@@ -100,6 +101,7 @@ __all__ = [
     "TaskInfo",
     "TaskState",
     "TaskStatus",
+    "TlsConfig",
     "hookimpl",
     "is_terminal",
     "state_name",

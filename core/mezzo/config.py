@@ -225,6 +225,9 @@ class MasterConfig:
     task is TASK_ERROR ``task_metadata_too_large``."""
     render_state_in_child: bool = True
     """Render ``mezzo state`` in a forked child so the event loop never stalls on it."""
+    event_loop: str = "uvloop"
+    """The master's event loop: "uvloop" (libuv; TLS at a fraction of the CPU) or "asyncio"
+    (the standard library's)."""
     min_offer: str = ""
     """Mesos syntax, scalars only (``cpus:4;mem:8192``): an agent is offered only once
     this much is free on it, capped by its total; empty = any amount (paper §4.6)."""
@@ -493,7 +496,15 @@ def check_journal_bytes(value: int, key: str) -> int:
 
 # Checks of single values beyond their type: called with the coerced value and its
 # dotted key, they raise ConfigError; what they return is not used.
+def check_event_loop(value: str, key: str) -> str:
+    """``master.event_loop``: see :func:`mezzo.event_loop.check_event_loop`."""
+    from .event_loop import check_event_loop as check
+
+    return check(value, key)
+
+
 _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
+    "master.event_loop": check_event_loop,
     "master.min_offer": parse_min_offer,
     "master.long_task_fraction": check_fraction,
     "master.agent_removal_fraction": check_fraction,

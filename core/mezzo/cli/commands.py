@@ -10,6 +10,7 @@ import signal
 from typing import Any
 
 from .. import config as config_mod
+from .. import event_loop
 from .. import log as log_mod
 from ..errors import ConfigError
 from ..plugins import load_plugins
@@ -96,7 +97,7 @@ def master(args: argparse.Namespace) -> int:
     from ..master import Master
 
     daemon = Master(cfg.master, load_plugins(), tls=cfg.tls)
-    return asyncio.run(_serve_until_signal(daemon))
+    return event_loop.run(_serve_until_signal(daemon), cfg.master.event_loop)
 
 
 def agent(args: argparse.Namespace) -> int:

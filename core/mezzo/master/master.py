@@ -289,6 +289,7 @@ class Master:
             allocator=self.config.allocator.name,
             zk=str(self.zk_url) if self.zk_url else None,
             tls=self.tls is not None,
+            event_loop=type(loop).__module__.partition(".")[0],  # "uvloop" or "asyncio"
         )
         if self.zk_url is None:
             self.lead()  # no await since binding: no call can have arrived before this
