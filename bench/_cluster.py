@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mezzo.config import TlsConfig
 from mezzo.state_client import MasterUnreachable, fetch_metrics
 from mezzo.testing import ZooKeeperServer, free_port
 
@@ -46,9 +47,9 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 class Emulator:
     """One ``python -m mezzo.emulation`` process and its latest JSON line."""
 
-    def __init__(self, argv: list[str], log_path: Path) -> None:
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self._err = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, text=True)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, text=True, env=env)
         self.latest: dict = {}
         self.first = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -99,8 +100,12 @@ class EmulatedCluster:
         masters: int = 1,
         zk_session: float = 1.0,
         zk_tick_ms: int = 100,
+        tls: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.tls = tls
+        self.operator_tls: TlsConfig | None = None
+        """This process's own ``[tls]`` for asking the master (with ``tls``)."""
         self.agent_count = agents
         self.agent_resources = agent_resources
         self.per_connection = per_connection
@@ -152,6 +157,14 @@ class EmulatedCluster:
                 if "[master]\n" in toml
                 else toml + "[master]\n" + line
             )
+        if self.tls:
+            toml += self._tls_table("master")
+            for role in ("agents", "frameworks", "operator"):
+                (self.workdir / f"{role}.toml").write_text(self._tls_table(role))
+            d = self.workdir / "tls"
+            self.operator_tls = TlsConfig(
+                enabled=True, ca=str(d / "ca.crt"), cert=str(d / "operator.crt"), key=str(d / "operator.key")
+            )
         config = self.workdir / "master.toml"
         config.write_text('[log]\nlevel = "warning"\n' + toml)
         self._config = config
@@ -162,6 +175,24 @@ class EmulatedCluster:
             self._wait_master(lambda m: True, "the master to start")
         else:
             self.leader()
+
+    def _tls_table(self, principal: str) -> str:
+        """A ``[tls]`` table with a certificate for ``principal`` (made in ``workdir/tls``)."""
+        from mezzo.certs import issue
+
+        d = self.workdir / "tls"
+        if not (d / f"{principal}.crt").exists():
+            issue(d, principal, ["127.0.0.1", "localhost"])
+        return (
+            f'\n[tls]\nenabled = true\nca = "{d / "ca.crt"}"\n'
+            f'cert = "{d / principal}.crt"\nkey = "{d / principal}.key"\n'
+        )
+
+    def _env(self, role: str) -> dict[str, str] | None:
+        """An emulator's environment: with TLS, ``$MEZZO_CONFIG`` names its ``[tls]``."""
+        if not self.tls:
+            return None
+        return {**os.environ, "MEZZO_CONFIG": str(self.workdir / f"{role}.toml")}
 
     def start_master(self, name: str) -> None:
         """Start (or restart, after :meth:`kill_leader`) the master ``name``."""
@@ -195,7 +226,7 @@ class EmulatedCluster:
                         f"{name} exited ({proc.returncode}); see {self.workdir / (name + '.log')}"
                     )
                 try:
-                    metrics = fetch_metrics(address, timeout=2)
+                    metrics = fetch_metrics(address, timeout=2, tls=self.operator_tls)
                 except MasterUnreachable:
                     continue
                 if predicate(metrics):
@@ -249,6 +280,7 @@ class EmulatedCluster:
                 str(report_every),
             ],
             self.workdir / "agents.log",
+            self._env("agents"),
         )
         self.agents.wait_first(register_timeout + 10, f"{self.agent_count} emulated agents")
         return time.monotonic() - started
@@ -294,6 +326,7 @@ class EmulatedCluster:
                     *extra,
                 ],
                 self.workdir / f"frameworks-{i}.log",
+                self._env("frameworks"),
             )
             started.append(em)
             self.frameworks.append(em)
@@ -343,7 +376,7 @@ class EmulatedCluster:
     def sample(self, timeout: float = 30.0) -> Sample:
         """The counters now; ``timeout``: how long the master may take to answer."""
         cpu, rss = self.master_cpu_rss()
-        m = fetch_metrics(self.leader_address or self.address, timeout=timeout)
+        m = fetch_metrics(self.leader_address or self.address, timeout=timeout, tls=self.operator_tls)
         return Sample(time.monotonic(), cpu, rss, m["messages_received"], m["messages_sent"], self.running)
 
     def check_alive(self) -> None:

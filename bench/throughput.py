@@ -50,6 +50,9 @@ def one_run(args: argparse.Namespace, mode: str) -> dict:
             args.agents,
             agent_resources=f"cpus:{args.cpus};mem:{args.cpus * 1024}",
             per_connection=args.per_connection,
+            # bench/tls_cost.py runs this with TLS on and off, and a master loop of its choice.
+            tls=getattr(args, "tls", False),
+            master_toml=getattr(args, "master_toml", ""),
         ) as cluster:
             cluster.start_agents()
             cpu0, _ = cluster.master_cpu_rss()

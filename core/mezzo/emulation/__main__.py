@@ -7,7 +7,8 @@ as a process, printing its counters as a JSON line every ``--report-every`` seco
         --task 'cpus:1;mem:1024' --duration 30 --stddev 10
 
 The first line is printed once the process is up (agents: all registered), so a
-benchmark can wait for it. SIGTERM or SIGINT stops the process cleanly.
+benchmark can wait for it. SIGTERM or SIGINT stops the process cleanly. Both sides
+dial with the ``[tls]`` of ``$MEZZO_CONFIG`` when that is set, as drivers do.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 
 from .. import log as mezzo_log
 from ..heap import tune_gc
+from ..rpc.tls import client_tls_for
 from .agents import EmulatedAgentPool
 from .frameworks import EmulatedFrameworkPool, normal_duration
 
@@ -32,7 +34,11 @@ def _report(fields: dict) -> None:
 
 async def _run_agents(args: argparse.Namespace) -> None:
     pool = EmulatedAgentPool(
-        args.master, args.count, args.resources, agents_per_connection=args.per_connection
+        args.master,
+        args.count,
+        args.resources,
+        agents_per_connection=args.per_connection,
+        tls=client_tls_for(None),  # the [tls] of $MEZZO_CONFIG, as the frameworks' drivers do
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

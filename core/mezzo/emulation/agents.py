@@ -40,7 +40,7 @@ from ..backoff import REDIAL_CAP, Backoff
 from ..discovery import peer_address
 from ..resources import Resources
 from ..round_trip import RoundTripEstimate
-from ..rpc import Connection, connect
+from ..rpc import ClientTls, Connection, connect
 from ..services import AGENT, MASTER
 from ..wire.ttypes import AgentInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 
@@ -249,7 +249,7 @@ class _AgentConnection:
         if address is None:
             raise OSError("no master leads")
         self.address = address
-        self.conn = await connect(address[0], address[1], AGENT, self)
+        self.conn = await connect(address[0], address[1], AGENT, self, tls=self.pool.tls)
         master = self.conn.remote(MASTER)
         for agent in self.agents:
             if not agent.agent_id:
@@ -418,8 +418,11 @@ class EmulatedAgentPool:
         agents_per_connection: int = 1,
         dial_concurrency: int = 200,
         redial_interval: float = 0.5,
+        tls: ClientTls | None = None,
     ) -> None:
         self.target = peer_address(master, 5050)
+        self.tls = tls
+        """What every connection dials with (None: plaintext)."""
         self.framework_infos: dict[str, Any] = {}
         """FrameworkInfo of every framework that ran tasks here, for re-registration."""
         self.resources = Resources.parse(resources)

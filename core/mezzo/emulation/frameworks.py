@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from .. import is_terminal, state_name
+from ..config import TlsConfig
 from ..driver import Scheduler, SchedulerDriver
 from ..resources import Resources
 from ..wire.ttypes import CommandInfo, Filters, FrameworkInfo, Offer, TaskInfo, TaskState, TaskStatus
@@ -328,14 +329,16 @@ def run_probe(
     *,
     timeout: float = 120.0,
     name: str = "probe",
+    tls: TlsConfig | None = None,
 ) -> ProbeFramework:
-    """Run one :class:`ProbeFramework` to the end and return it (``times``, ``outcome``).
+    """Run one :class:`ProbeFramework` to the end and return it (``times``, ``outcome``);
+    ``tls`` as for :class:`~mezzo.driver.scheduler.SchedulerDriver`.
 
     Raises :class:`TimeoutError` when its task has not ended within ``timeout``.
     """
     per = per_task if isinstance(per_task, Resources) else Resources.parse(per_task)
     probe = ProbeFramework(per, seconds, name)
-    driver = SchedulerDriver(probe, FrameworkInfo(name=name), master)
+    driver = SchedulerDriver(probe, FrameworkInfo(name=name), master, tls=tls)
     probe.times["started"] = time.monotonic()
     driver.start()
     try:
