@@ -45,7 +45,6 @@ from _report import write_section
 from mezzo.emulation import run_probe
 from mezzo.testing import LocalProcessCluster
 
-PROBE_SECONDS = 10.0
 CPU_TARGET = 0.15
 """Most extra master CPU TLS may cost (issue 15)."""
 
@@ -55,7 +54,7 @@ def fig10_run(args: argparse.Namespace, tls: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="tls-cost-") as tmp:
         toml = f'[master]\nevent_loop = "{args.event_loop}"\n'
         with EmulatedCluster(Path(tmp), args.agents, tls=tls, master_toml=toml) as cluster:
-            cluster.start_frameworks(200, duration=30.0, stddev=10.0)
+            cluster.start_frameworks(args.frameworks, duration=30.0, stddev=10.0)
             cluster.start_agents()
             slots = 2 * args.agents
             cluster.wait_allocated(0.95, slots, timeout=300)
@@ -67,14 +66,14 @@ def fig10_run(args: argparse.Namespace, tls: bool) -> dict:
                 probe = run_probe(
                     cluster.address,
                     "cpus:1;mem:1024",
-                    PROBE_SECONDS,
+                    args.probe_seconds,
                     timeout=120,
                     name=f"probe-{i}",
                     tls=cluster.operator_tls,
                 )
                 if probe.outcome != "TASK_FINISHED":
                     raise RuntimeError(f"probe {i} ended {probe.outcome}")
-                extra.append(probe.times["finished"] - probe.times["started"] - PROBE_SECONDS)
+                extra.append(probe.times["finished"] - probe.times["started"] - args.probe_seconds)
                 busy.append(cluster.running / slots)
             after = cluster.sample()
             span = after.at - before.at
@@ -135,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--agents", type=int, default=20_000, help="Fig. 10 cluster size")
     p.add_argument("--pairs", type=int, default=3, help="off/on pairs of each measurement")
+    p.add_argument("--frameworks", type=int, default=200, help="frameworks keeping the Fig. 10 cluster busy")
     p.add_argument("--probes", type=int, default=3, help="probe tasks per Fig. 10 run")
+    p.add_argument("--probe-seconds", type=float, default=10.0, help="how long a probe's task runs")
     p.add_argument("--settle", type=float, default=15.0, help="seconds after the fill before measuring")
     p.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop", help="the master's loop")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: fig10, throughput, run")

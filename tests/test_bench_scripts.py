@@ -35,6 +35,15 @@ def test_overload_at_a_toy_size_runs_both_conditions_and_judges_them():
     assert "within 20%" in out
 
 
+def test_tls_cost_at_a_toy_size_runs_both_ways_and_judges_them():
+    out = run_bench("tls_cost.py", "--agents", "200", "--frameworks", "10", "--pairs", "1", "--probes", "1",
+                    "--probe-seconds", "1", "--settle", "0", "--skip", "throughput")
+    assert "pair 1 plain fig10 200:" in out and "pair 1 TLS  fig10 200:" in out
+    assert "| Fig. 10, 200 agents: master CPU |" in out
+    assert "| `mezzo run -- true`, whole process |" in out
+    assert "extra master CPU with TLS" in out  # the verdict
+
+
 def test_capacity_at_toy_sizes_counts_throughput_and_judges_the_sweep():
     out = run_bench("capacity.py", "--agents", "100,200", "--frameworks", "5", "--task-mean", "1",
                     "--task-stddev", "0.2", "--settle", "1", "--window", "3", "--fill-timeout", "30")
