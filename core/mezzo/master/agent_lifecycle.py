@@ -342,7 +342,7 @@ class AgentLifecycle:
                     total=str(agent.total),
                 )
                 continue
-            agent.executors[key] = ex
+            state.add_executor(agent, key, ex)
             agent.free = agent.free - res
             if ex.framework_id in state.frameworks:
                 state.allocator.allocated(ex.framework_id, res)

@@ -134,6 +134,10 @@ class FrameworkLifecycle:
         state = self.state
         fid = record.id
         state.rescind_offers(list(record.offers.values()), notify=False)
+        # Only the agents holding a task or an executor of it have anything to shut
+        # down (an agent forgets a framework once nothing of it is left there).
+        # O(its tasks and executors), not O(agents).
+        hosts = {task.agent_id for task in record.tasks.values()} | state.executor_hosts.pop(fid, set())
         for task in list(record.tasks.values()):
             state.end_task(
                 task,
@@ -142,7 +146,10 @@ class FrameworkLifecycle:
                 task.reason,
                 f"framework removed: {reason}",
             )
-        for agent in state.agents.values():
+        for agent_id in hosts:
+            agent = state.agents.get(agent_id)
+            if agent is None:
+                continue
             for key in [k for k in agent.executors if k[0] == fid]:
                 state.release_executor(agent, key)
             if agent.conn is not None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from ..resources import Resources
-from ..wire.ttypes import Filters, TaskStatus
+from ..wire.ttypes import ExecutorInfo, Filters, TaskStatus
 from . import long_tasks
 from .offers import OfferBook
 from .records import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
@@ -116,6 +116,12 @@ class ClusterState:
         self.orphans: dict[str, list[tuple[AgentRecord, TaskRecord | tuple[str, str]]]] = {}
         """Tasks and executor keys agents reported for frameworks not known yet, by
         framework id, so that a framework coming back need not scan every agent."""
+        self.executor_hosts: dict[str, set[str]] = {}
+        """Ids of the agents running executors of each framework (kept by
+        :meth:`add_executor` and :meth:`release_executor`; may name an agent that has
+        gone since), so that removing a framework tells only the agents that hold
+        something of it rather than every agent: 200 frameworks leaving a cluster of
+        20,000 agents were 4,000,000 messages and 11 s of the loop."""
         self.watchers: list[TaskWatcher] = []
         self.request_allocation: Callable[..., None] = _no_allocation
         """``request_allocation(prompt=False)``: ask for an allocation cycle soon
@@ -232,11 +238,22 @@ class ClusterState:
         task.state, task.reason, task.message = state, reason, message
         self.completed_tasks.append(task)
 
+    def add_executor(self, agent: AgentRecord, key: tuple[str, str], executor: ExecutorInfo) -> None:
+        """``executor`` (of framework ``key[0]``) runs on ``agent`` from now on; the
+        caller accounts for its resources."""
+        agent.executors[key] = executor
+        self.executor_hosts.setdefault(key[0], set()).add(agent.id)
+
     def release_executor(self, agent: AgentRecord, key: tuple[str, str]) -> None:
         """An executor is gone: what it held goes back to the agent's pool."""
         executor = agent.executors.pop(key, None)
         if executor is None:
             return
+        hosts = self.executor_hosts.get(key[0])
+        if hosts is not None and not any(k[0] == key[0] for k in agent.executors):
+            hosts.discard(agent.id)
+            if not hosts:
+                del self.executor_hosts[key[0]]
         resources = Resources.of(executor.resources)
         self.free_up(agent, resources)
         if key[0] in self.frameworks:

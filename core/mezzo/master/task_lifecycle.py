@@ -100,7 +100,7 @@ class TaskLifecycle:
             task.executor.framework_id = record.id
             task.executor.resources = Resources.of(task.executor.resources)
             if accepted.executor_resources is not None:
-                agent.executors[(record.id, task.executor.executor_id)] = task.executor
+                self.state.add_executor(agent, (record.id, task.executor.executor_id), task.executor)
         tr = TaskRecord(framework_id=record.id, agent_id=agent.id, info=task, resources=accepted.resources)
         record.tasks[task.task_id] = tr
         self.state.add_task(agent, tr)
