@@ -353,7 +353,8 @@ class RawPeer:
     (:meth:`send_frame`); replies are decoded with ``answers`` (the service this
     peer plays, e.g. ``SCHEDULER``), or as ``Tool`` calls (``metrics``, ``state``)
     when they are not that. :meth:`expect` answers the master's pings itself.
-    Blocking, one thread at a time.
+    With ``tls`` it speaks TLS with that ``[tls]``'s certificate (an attacker with a
+    certificate of its own). Blocking, one thread at a time.
     """
 
     def __init__(
@@ -363,10 +364,16 @@ class RawPeer:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         timeout: float = 60.0,
+        tls: TlsConfig | None = None,
     ) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:  # as a peer with that certificate would (the handshake happens here)
+            from .rpc.tls import client_tls
+
+            sock = client_tls(tls).context.wrap_socket(sock, server_hostname=host)
+        self.sock = sock
         self.answers = answers
         self.frames = FrameDecoder(max_frame)
         self.received: deque[tuple[str, tuple]] = deque()

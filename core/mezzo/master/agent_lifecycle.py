@@ -30,6 +30,7 @@ from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, KillPolicy, Ru
 from . import long_tasks
 from .agent_removals import RemovalLimit
 from .allocation import effective_min_offer
+from .audit import principal_of
 from .records import AgentRecord, TaskRecord
 from .registry import REFUSE
 
@@ -178,6 +179,7 @@ class AgentLifecycle:
             min_offer=effective_min_offer(state.min_offer, total),
             long_limit=long_tasks.long_task_limit(state.config.long_task_fraction, total),
         )
+        record.principal = principal_of(link)
         state.agents[record.id] = record
         state.allocator.add_agent(record.id, total)
         log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))

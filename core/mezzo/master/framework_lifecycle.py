@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ..wire.ttypes import FrameworkInfo, TaskState
+from .audit import principal_of
 from .records import FrameworkRecord, TaskRecord
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class FrameworkLifecycle:
         recovered = bool(fid)
         if not recovered:
             fid = info.framework_id = state.new_framework_id()
-        record = FrameworkRecord(id=fid, info=info, conn=link)
+        record = FrameworkRecord(id=fid, info=info, conn=link, principal=principal_of(link))
         state.frameworks[fid] = record
         state.allocator.add_framework(fid, info)
         if recovered:
@@ -80,6 +81,10 @@ class FrameworkLifecycle:
             record.failover_handle = None
         record.conn = link
         record.info = info
+        if record.principal is None:
+            # Known only from agents' reports (a new master), or registered without a
+            # certificate: the first scheduler back names its owner.
+            record.principal = principal_of(link)
         if record.active:
             state.allocator.activate(record.id)
         log.info("framework re-registered", framework=record.id, held_updates=len(record.held_updates))

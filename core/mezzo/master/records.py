@@ -39,6 +39,10 @@ class FrameworkRecord:
     one is (keyed by uuid, or by task for the master's own; a retry replaces itself)."""
     forwarded: ForwardedUpdates = field(default_factory=ForwardedUpdates)
     """Updates sent to the scheduler and not yet acknowledged (resends are not sent again)."""
+    principal: str | None = None
+    """Who registered it (the TLS certificate of its scheduler's connection); only that
+    principal may re-register it or fail it over. None: registered without one, or
+    known only from agents' reports after a master failover until its scheduler is back."""
 
     @property
     def has_filters(self) -> bool:
@@ -68,6 +72,7 @@ class AgentRecord:
         "offerable",
         "offers",
         "pending_kills",
+        "principal",
         "registered_at",
         "removal_handle",
         "statistics",
@@ -110,6 +115,9 @@ class AgentRecord:
         self.statistics: list = []
         """The agent's latest container usage report (``container_statistics``)."""
         self.pending_kills: set[tuple[str, str]] = set()
+        self.principal: str | None = None
+        """Who registered it (its connection's TLS certificate); only that principal may
+        re-register this agent id. None: registered without one."""
         """(framework id, task id) of kills asked for while the agent was disconnected."""
         self.registered_at = time.time()
         self.offerable = offerable

@@ -50,6 +50,7 @@ from ..wire.ttypes import (
     TaskInfo,
     TaskStatus,
 )
+from .audit import principal_of, refused
 from .call_rates import CallRates, Verdict
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
 
@@ -228,6 +229,16 @@ class MasterService:
         existing = state.frameworks.get(fid) if fid else None
         if existing is not None:
             if existing.conn is conn and not self._within_rate(conn, existing, "register_framework"):
+                return
+            principal = principal_of(conn)
+            if existing.principal is not None and principal != existing.principal:
+                # Failing a framework over hands its tasks, offers and updates to the
+                # new scheduler: only whoever registered it may.
+                refused("register_framework", principal, f"framework {fid}", "not its principal", conn.peer)
+                scheduler.error(
+                    f"register_framework: framework {fid} belongs to another principal than "
+                    f"{principal or 'this connection (no certificate)'}"
+                )
                 return
             old = existing.conn
             if old is not None and old is not conn:
@@ -433,6 +444,16 @@ class MasterService:
             conn.remote(AGENT).error("reregister_agent: agent_id is required")
             return
         known = self.state.agents.get(aid)
+        principal = principal_of(conn)
+        if known is not None and known.principal is not None and principal != known.principal:
+            # Re-registering an agent id re-binds its tasks and resources to this
+            # connection: only the agent that registered it may.
+            refused("reregister_agent", principal, f"agent {aid}", "not its principal", conn.peer)
+            conn.remote(AGENT).error(
+                f"reregister_agent: agent {aid} belongs to another principal than "
+                f"{principal or 'this connection (no certificate)'}"
+            )
+            return
         if known is not None and known.conn is not None and known.conn is not conn:
             # The agent moved to a new connection: the old one no longer speaks for it.
             self._detach_agent(known.conn, aid)

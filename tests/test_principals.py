@@ -1,0 +1,127 @@
+"""Frameworks and agents belong to the principal that registered them (issue 15).
+
+A real TLS cluster (master and agent subprocesses, a certificate each) and an
+attacker holding a certificate of the same CA but its own name ("intruder"), written
+as the probe wrote it: a raw Thrift client (:class:`mezzo.testing.RawPeer` over TLS).
+Before, it could take over a framework by re-registering with its id (the real
+scheduler was told "framework failed over to another scheduler") and take over an
+agent with ``reregister_agent`` and an empty task list (its running tasks were
+marked lost). Now each is refused with an error to the attacker and an audit line at
+the master, and the victim goes on as if nothing happened; the rightful principal
+still fails over.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import mezzo
+from mezzo import AgentInfo, FrameworkInfo, Resources
+from mezzo.services import AGENT, SCHEDULER
+from mezzo.testing import RawPeer, wait_for
+
+from .test_custom_executor import UsesExecutor
+
+
+class Registers(mezzo.Scheduler):
+    def __init__(self) -> None:
+        self.up = threading.Event()
+        self.errors: list[str] = []
+
+    def registered(self, driver, framework_id, master):
+        self.up.set()
+
+    def reregistered(self, driver, framework_id, master):
+        self.up.set()
+
+    def error(self, driver, message):
+        self.errors.append(message)
+
+
+@pytest.fixture
+def cluster(mezzo_cluster):
+    return mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01})
+
+
+def audit_lines(cluster) -> list[str]:
+    lines = (cluster.dir / "master.log").read_text().splitlines()
+    return [line for line in lines if "component=audit" in line]
+
+
+def test_another_principal_cannot_take_over_a_framework_but_its_own_can_fail_it_over(cluster) -> None:
+    victim = Registers()
+    driver = mezzo.SchedulerDriver(
+        victim,
+        FrameworkInfo(name="victim", failover_timeout=60),
+        cluster.master,
+        tls=cluster.client_tls("fw-1"),
+    )
+    driver.start()
+    try:
+        assert victim.up.wait(20)
+        fid = driver.framework_id
+        attacker = RawPeer(cluster.master, SCHEDULER, tls=cluster.client_tls("intruder"), timeout=10)
+        attacker.send("register_framework", FrameworkInfo(name="mine now", framework_id=fid))
+        with pytest.raises(RuntimeError, match=f"framework {fid} belongs to another principal than intruder"):
+            attacker.expect("reregistered")
+        attacker.close()
+        wait_for(lambda: audit_lines(cluster), what="the audit line")
+        (line,) = audit_lines(cluster)
+        assert "action=register_framework" in line and "principal=intruder" in line and fid in line
+        # The victim was not failed over: still registered, no error, still its framework.
+        state = cluster.state()
+        assert [f["id"] for f in state["frameworks"]] == [fid]
+        assert victim.errors == [] and driver.connected
+    finally:
+        driver.abort()
+        driver.join()
+    # Its own principal, from a new scheduler process, takes it over as failover allows.
+    again = Registers()
+    successor = mezzo.SchedulerDriver(
+        again,
+        FrameworkInfo(name="victim", framework_id=fid, failover_timeout=60),
+        cluster.master,
+        tls=cluster.client_tls("fw-1"),
+    )
+    successor.start()
+    try:
+        assert again.up.wait(20) and again.errors == []
+        assert successor.framework_id == fid
+    finally:
+        successor.stop()
+        successor.join()
+
+
+def test_another_principal_cannot_take_over_an_agent_and_lose_its_tasks(cluster) -> None:
+    sched = UsesExecutor(1, data=b"hold")  # its task runs until killed
+    driver = mezzo.SchedulerDriver(
+        sched, FrameworkInfo(name="holder"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
+    driver.start()
+    try:
+        wait_for(
+            lambda: any(s.state == mezzo.TaskState.TASK_RUNNING for s in sched.statuses), 30, "a running task"
+        )
+        (agent,) = cluster.state()["agents"]
+        attacker = RawPeer(cluster.master, AGENT, tls=cluster.client_tls("intruder"), timeout=10)
+        info = AgentInfo(
+            agent_id=agent["id"], hostname="evil", port=5051, resources=Resources(cpus=4, mem=4096)
+        )
+        attacker.send("reregister_agent", info, [], [], [])
+        with pytest.raises(
+            RuntimeError, match=f"agent {agent['id']} belongs to another principal than intruder"
+        ):
+            attacker.expect("reregistered")
+        attacker.close()
+        wait_for(lambda: audit_lines(cluster), what="the audit line")
+        assert "action=reregister_agent" in audit_lines(cluster)[0]
+        state = cluster.state()
+        (after,) = state["agents"]
+        assert after["connected"] and after["hostname"] == agent["hostname"]
+        assert [t["state"] for t in state["tasks"]] == ["TASK_RUNNING"]
+        assert not any(mezzo.is_terminal(s.state) for s in sched.statuses)
+    finally:
+        driver.stop()
+        driver.join()
