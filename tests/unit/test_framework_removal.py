@@ -102,3 +102,32 @@ def test_an_executor_host_that_is_lost_is_forgotten_with_it(master):
     assert master.state.executor_hosts == {fid: {aid}}
     master.term.agents.remove(master.state.agents[aid], "test")
     assert master.state.executor_hosts == {}
+
+
+def test_ids_are_not_a_sequence_one_can_squat(master):
+    """A framework that registers with an id the master does not know is taken for one
+    of an earlier master's. With ids that were only a sequence, anyone could register
+    the next one first; now the next id carries a tag keyed by a secret of the term,
+    and the master never hands out an id in use."""
+    fw = RecordingConnection("scheduler")
+    master.service.register_framework(fw, FrameworkInfo(name="first"))
+    ((first, _),) = fw.called("registered")
+    prefix, seq, tag = first.rsplit("-", 2)
+    assert seq == "0000" and len(tag) == 12
+    # The attacker guesses the next id the old way, and with the old tag.
+    squatter = RecordingConnection("squatter")
+    for guess in (f"{prefix}-0001", f"{prefix}-0001-{tag}"):
+        master.service.register_framework(squatter, FrameworkInfo(name="squat", framework_id=guess))
+        squatter.tag = None
+    victim = RecordingConnection("victim")
+    master.service.register_framework(victim, FrameworkInfo(name="victim"))
+    ((vid, _),) = victim.called("registered")
+    assert vid.startswith(f"{prefix}-0001-") and vid not in (f"{prefix}-0001", f"{prefix}-0001-{tag}")
+    assert master.state.frameworks[vid].info.name == "victim"
+    # Another term (another key) tags the same sequence differently.
+    other = Master(MasterConfig(), load_plugins(), clock=ManualClock())
+    other.lead()
+    try:
+        assert other.state._tag("F0") != master.state._tag("F0")
+    finally:
+        other.term.close()

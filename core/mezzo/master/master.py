@@ -186,6 +186,7 @@ class Master:
         ]
         state = ClusterState(
             master_id=master_id,
+            id_key=uuid.uuid4().hex.encode(),  # uuid4: random, and replayable where tests patch it
             config=config,
             allocator=GuardedAllocator(allocator, self.guard),
             offer_filters=offer_filters,

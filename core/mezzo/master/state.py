@@ -23,6 +23,8 @@ The state owns no event loop and no connection: time and timers come from a
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import math
 import time
@@ -86,9 +88,13 @@ class ClusterState:
         clock: Clock,
         outbox: Outbox,
         min_offer: Resources | None = None,
+        id_key: bytes | None = None,
     ) -> None:
         self.id = master_id
         """This term's master id: the prefix of every id it hands out."""
+        self._id_key = id_key if id_key is not None else master_id.encode()
+        """Secret that makes the ids this term hands out unguessable (see :meth:`_tag`);
+        the master passes random bytes, tests may leave it out for repeatable ids."""
         self.config = config
         self.allocator = allocator
         self.offer_filters = offer_filters
@@ -133,10 +139,28 @@ class ClusterState:
     # -- ids -------------------------------------------------------------------
 
     def new_framework_id(self) -> str:
-        return f"{self.id}-{next(self._framework_ids):04d}"
+        """A framework id no one can guess before it is handed out: a framework that
+        registers *with* an id this master does not know is taken for one of an earlier
+        master's, so a sequence alone let anyone take the next id before its framework
+        registered (the probe's squatting)."""
+        while True:
+            n = next(self._framework_ids)
+            fid = f"{self.id}-{n:04d}-{self._tag(f'F{n}')}"
+            if fid not in self.frameworks:
+                return fid
 
     def new_agent_id(self) -> str:
-        return f"{self.id}-S{next(self._agent_ids)}"
+        """An agent id, unguessable for the same reason as :meth:`new_framework_id`."""
+        while True:
+            n = next(self._agent_ids)
+            aid = f"{self.id}-S{n}-{self._tag(f'S{n}')}"
+            if aid not in self.agents:
+                return aid
+
+    def _tag(self, what: str) -> str:
+        """48 bits of HMAC-SHA256 of ``what`` under this term's key: readable ids keep
+        their sequence number, and the tag makes the next one unguessable."""
+        return hmac.new(self._id_key, what.encode(), hashlib.sha256).hexdigest()[:12]
 
     # -- moving resources --------------------------------------------------------
 
