@@ -19,7 +19,7 @@ import pytest
 
 import mezzo
 from mezzo import AgentInfo, FrameworkInfo, Resources
-from mezzo.services import AGENT, SCHEDULER
+from mezzo.services import AGENT, EXECUTOR, SCHEDULER
 from mezzo.testing import RawPeer, wait_for
 
 from .test_custom_executor import UsesExecutor
@@ -122,6 +122,36 @@ def test_another_principal_cannot_take_over_an_agent_and_lose_its_tasks(cluster)
         assert after["connected"] and after["hostname"] == agent["hostname"]
         assert [t["state"] for t in state["tasks"]] == ["TASK_RUNNING"]
         assert not any(mezzo.is_terminal(s.state) for s in sched.statuses)
+    finally:
+        driver.stop()
+        driver.join()
+
+
+def test_a_process_without_the_executors_token_cannot_register_as_it(cluster) -> None:
+    """The probe registered at the agent's port as a task's executor before the real one
+    started, and was handed its task. Now the agent gives the process it starts a token
+    (MEZZO_EXECUTOR_TOKEN); a registration without it is told to shut down, and the real
+    executor, when it comes, gets the task."""
+    sched = UsesExecutor(1)
+    # The real executor starts 3 s late, leaving the impostor all the time it needs.
+    sched.executor.command.value = f"sleep 3; exec {sched.executor.command.value}"
+    driver = mezzo.SchedulerDriver(
+        sched, FrameworkInfo(name="late"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
+    driver.start()
+    try:
+        state = wait_for(lambda: (s := cluster.state())["tasks"] and s, 20, "the task staged")
+        (agent,) = state["agents"]
+        fid = driver.framework_id
+        ca_only = mezzo.TlsConfig(enabled=True, ca=cluster.tls.ca)  # executors have no certificate
+        impostor = RawPeer(f"127.0.0.1:{agent['port']}", EXECUTOR, tls=ca_only, timeout=10)
+        impostor.send_frame(AGENT.encode("register_executor", (fid, "echo", "a-guess"), {}))
+        impostor.expect("shutdown")
+        assert [name for name, _ in impostor.received] == []  # no task came its way
+        impostor.close()
+        assert sched.done.wait(30), f"statuses: {[mezzo.state_name(s.state) for s in sched.statuses]}"
+        log = (cluster.dir / "agent-1.log").read_text()
+        assert "refusing executor registration: wrong token" in log
     finally:
         driver.stop()
         driver.join()

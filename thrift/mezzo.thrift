@@ -299,7 +299,10 @@ service Agent {
   oneway void request_statistics(1: i64 request_id),
 
   // -- from executors
-  oneway void register_executor(1: string framework_id, 2: string executor_id),
+  /** token: MEZZO_EXECUTOR_TOKEN, which the agent gave this executor's process alone;
+      a registration without it is refused (another process could otherwise register
+      first and be handed the executor's tasks). */
+  oneway void register_executor(1: string framework_id, 2: string executor_id, 3: string token),
   oneway void executor_status_update(1: TaskStatus status),
   oneway void executor_to_framework(1: string framework_id, 2: string executor_id,
                                     3: binary data),

@@ -13,3 +13,7 @@ SCHEDULER = ServiceSchema(Scheduler)
 AGENT = ServiceSchema(Agent)
 EXECUTOR = ServiceSchema(Executor)
 TOOL = ServiceSchema(Tool)
+
+EXECUTOR_TOKEN_ENV = "MEZZO_EXECUTOR_TOKEN"
+"""The environment variable through which an agent gives an executor it starts the
+token that executor registers with (``Agent.register_executor``)."""

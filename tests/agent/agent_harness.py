@@ -277,7 +277,9 @@ async def main():
     host, port = parse_address(os.environ["MEZZO_AGENT_ENDPOINT"], 5051)
     ex = Executor()
     ex.conn = await connect(host, port, EXECUTOR, ex)
-    ex.conn.remote(AGENT).register_executor(os.environ["MEZZO_FRAMEWORK_ID"], os.environ["MEZZO_EXECUTOR_ID"])
+    ex.conn.remote(AGENT).register_executor(
+        os.environ["MEZZO_FRAMEWORK_ID"], os.environ["MEZZO_EXECUTOR_ID"], os.environ["MEZZO_EXECUTOR_TOKEN"]
+    )
     await ex.done.wait()
     await asyncio.sleep(0.05)
 

@@ -182,7 +182,7 @@ class ScriptedAgent(ScriptedPeer):
             agent_id="agent-1", hostname="localhost", port=5051, resources=mezzo.Resources(cpus=4, mem=4096)
         )
 
-    def on_register_executor(self, conn, framework_id, executor_id) -> None:
+    def on_register_executor(self, conn, framework_id, executor_id, token="") -> None:
         executor = mezzo.ExecutorInfo(
             executor_id=executor_id,
             command=mezzo.CommandInfo(value="./executor"),

@@ -61,6 +61,7 @@ def environment(agent, monkeypatch, tmp_path):
         "MEZZO_FRAMEWORK_ID": "fw-1",
         "MEZZO_EXECUTOR_ID": "ex-1",
         "MEZZO_SANDBOX": str(tmp_path),
+        "MEZZO_EXECUTOR_TOKEN": "tok-1",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -95,7 +96,7 @@ def test_registers_launches_and_reports_with_uuids(agent, environment, cleanup, 
     cleanup(driver)
     assert driver.sandbox == tmp_path and driver.executor_id == "ex-1"
     driver.start()
-    assert agent.wait_for("register_executor") == [("fw-1", "ex-1")]
+    assert agent.wait_for("register_executor") == [("fw-1", "ex-1", "tok-1")]  # the token it was given
     ((info, framework, agent_info),) = worker.wait("registered")
     assert info.executor_id == "ex-1" and framework.framework_id == "fw-1"
     assert isinstance(agent_info.resources, mezzo.Resources) and agent_info.resources.get("cpus") == 4

@@ -116,7 +116,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "request_statistics": (5,),
         "not_leader": ("",),
         "reregistration_refused": ("ag-3", "agent ag-3 was declared lost"),
-        "register_executor": ("fw-7", "ex-1"),
+        "register_executor": ("fw-7", "ex-1", "a-token"),
         "executor_status_update": (STATUS,),
         "executor_to_framework": ("fw-7", "ex-1", b"result"),
     },

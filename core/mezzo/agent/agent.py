@@ -378,7 +378,7 @@ class Agent:
         for ex in plan.executors:
             fw = self.frameworks[ex.framework_id]
             run = fw.executors[ex.info.executor_id] = ExecutorRun.recovered(
-                self, fw.info, ex.info, ex.container
+                self, fw.info, ex.info, ex.container, ex.token
             )
             for task_info, launched in ex.tasks:
                 run.recover_task(task_info, launched)
@@ -731,6 +731,7 @@ class Agent:
                         run.info,
                         run.container_id,
                         Sandbox.path_for(os.path.abspath(self.config.work_dir), fid, eid, run.container_id),
+                        run.token,
                     )
                 self._start_executor(run)
             run.add_task(task)

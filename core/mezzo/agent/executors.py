@@ -48,14 +48,16 @@ ended while the agent was down fails its tasks with its recorded exit status.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
+import secrets
 from typing import TYPE_CHECKING
 
 from ..hookspecs import ContainerLaunch, Limitation
 from ..resources import Resources
 from ..rpc import Connection
 from ..rpc.tls import EXECUTOR_CA_ENV
-from ..services import EXECUTOR
+from ..services import EXECUTOR, EXECUTOR_TOKEN_ENV
 from ..wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from . import checkpoint
 from .container_run import ContainerRun, command_argv, command_env
@@ -92,6 +94,12 @@ class ExecutorRun(ContainerRun):
             framework_id=self.framework_id,
         )
         self.state = LAUNCHING
+        self.token = secrets.token_urlsafe(24)
+        """The secret only this executor's process is given (``MEZZO_EXECUTOR_TOKEN``):
+        a ``register_executor`` without it is refused, so that no other process that
+        reaches the agent's port can register first and be handed this executor's
+        tasks. "" for a run recovered from a journal older than tokens (then any
+        registration for its ids is taken, as before)."""
         self.conn: Connection | None = None
         self.tasks: dict[str, TaskInfo] = {}
         """Unfinished tasks, queued or launched."""
@@ -106,11 +114,18 @@ class ExecutorRun(ContainerRun):
 
     @classmethod
     def recovered(
-        cls, agent: Agent, framework: FrameworkInfo, info: ExecutorInfo, container: checkpoint.ContainerEntry
+        cls,
+        agent: Agent,
+        framework: FrameworkInfo,
+        info: ExecutorInfo,
+        container: checkpoint.ContainerEntry,
+        token: str = "",
     ) -> ExecutorRun:
         """The executor as a restarted agent takes it back (tasks follow through
-        :meth:`recover_task`); :meth:`run` then watches it."""
+        :meth:`recover_task`); :meth:`run` then watches it. ``token``: the one journaled
+        at its launch."""
         self = cls(agent, framework, info)
+        self.token = token
         self.take_over(container)
         self.state = RECOVERING
         return self
@@ -153,6 +168,7 @@ class ExecutorRun(ContainerRun):
                     "MEZZO_FRAMEWORK_ID": self.framework_id,
                     "MEZZO_EXECUTOR_ID": self.executor_id,
                     "MEZZO_SANDBOX": sandbox.path,
+                    EXECUTOR_TOKEN_ENV: self.token,
                     "PYTHONUNBUFFERED": "1",
                     # The agent's port is TLS: the executor checks it against the CA.
                     **({EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)} if self.agent.tls else {}),
@@ -307,6 +323,10 @@ class ExecutorRun(ContainerRun):
         )
 
     # -- executor connection ---------------------------------------------
+
+    def holds_token(self, token: str) -> bool:
+        """``token`` is this executor's (compared in constant time)."""
+        return not self.token or hmac.compare_digest(self.token.encode(), (token or "").encode())
 
     def accepts_registration(self) -> bool:
         """True while waiting for the executor to register, or to come back after

@@ -104,6 +104,8 @@ class ExecutorResumption:
     container: ContainerEntry
     tasks: list[tuple[TaskInfo, bool]] = field(default_factory=list)
     """Its unfinished tasks, each with whether it was handed to the executor already."""
+    token: str = ""
+    """The secret its process registers with (see :attr:`.ExecutorRun.token`)."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ def plan_recovery(state: CheckpointState, found: Mapping[str, tuple[int, int]] |
             executor_damage[(fid, eid)] = why
             continue
         assert ex.info is not None
-        resumed[(fid, eid)] = ExecutorResumption(fid, ex.info, container)
+        resumed[(fid, eid)] = ExecutorResumption(fid, ex.info, container, token=ex.token)
     plan.executors = list(resumed.values())
 
     # Rule 4: tasks.

@@ -128,7 +128,9 @@ class AgentService:
 
     # -- from executors
 
-    def register_executor(self, conn: Connection, framework_id: str, executor_id: str) -> None:
+    def register_executor(
+        self, conn: Connection, framework_id: str, executor_id: str, token: str = ""
+    ) -> None:
         agent = self._agent
         link = agent._link
         if link is not None and conn is link.conn:
@@ -143,6 +145,18 @@ class AgentService:
         if run is None or conn.tag is not None or not run.accepts_registration():
             agent.log.warning(
                 "refusing executor registration: not expected here",
+                framework=framework_id,
+                executor=executor_id,
+                peer=conn.peer,
+            )
+            conn.remote(EXECUTOR).shutdown()
+            conn.close()
+            return
+        if not run.holds_token(token):
+            # Someone reaching this port knows the ids but is not the process the agent
+            # started: refused, and the executor's own registration is still awaited.
+            agent.log.warning(
+                "refusing executor registration: wrong token",
                 framework=framework_id,
                 executor=executor_id,
                 peer=conn.peer,

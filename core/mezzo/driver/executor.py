@@ -15,7 +15,8 @@ Usage (a program the agent starts as a framework's executor)::
 
 The agent starts the executor with ``MEZZO_AGENT_ENDPOINT`` (``host:port``),
 ``MEZZO_FRAMEWORK_ID``, ``MEZZO_EXECUTOR_ID`` and ``MEZZO_SANDBOX`` in the
-environment (and ``MEZZO_TLS_CA`` when its port is TLS); the driver reads them, dials the agent, calls ``register_executor``
+environment, with ``MEZZO_EXECUTOR_TOKEN`` (the secret it registers with) and
+``MEZZO_TLS_CA`` when its port is TLS; the driver reads them, dials the agent, calls ``register_executor``
 and dispatches what the agent sends. Callbacks run on the process-wide driver
 thread (:mod:`mezzo.driver.runtime`): hand long work to your own threads.
 
@@ -54,7 +55,7 @@ from ..discovery import FixedAddress
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, client_tls, parse_address
 from ..rpc.tls import EXECUTOR_CA_ENV
-from ..services import AGENT, EXECUTOR
+from ..services import AGENT, EXECUTOR, EXECUTOR_TOKEN_ENV
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from .lifecycle import DriverError, DriverLifecycle, DriverStatus
 
@@ -137,6 +138,8 @@ class ExecutorDriver(DriverLifecycle):
         self._framework_id = env["MEZZO_FRAMEWORK_ID"]
         self._executor_id = env["MEZZO_EXECUTOR_ID"]
         self._sandbox = pathlib.Path(env["MEZZO_SANDBOX"])
+        self._token = env.get(EXECUTOR_TOKEN_ENV, "")
+        """What proves to the agent that this process is the executor it started."""
         self._linger = float(linger)
         # The agent's port is TLS when the agent's is: it names its CA, and the
         # executor checks the agent against it (no certificate of its own).
@@ -246,7 +249,7 @@ class ExecutorDriver(DriverLifecycle):
 
     def _connected(self, conn: Connection) -> None:
         agent = conn.remote(AGENT)
-        agent.register_executor(self._framework_id, self._executor_id)
+        agent.register_executor(self._framework_id, self._executor_id, self._token)
         if self._unacked:
             self._log.info("re-sending unacknowledged status updates", count=len(self._unacked))
             for update in self._unacked.values():

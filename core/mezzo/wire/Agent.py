@@ -139,11 +139,16 @@ class Iface(object):
         """
         pass
 
-    def register_executor(self, framework_id, executor_id):
+    def register_executor(self, framework_id, executor_id, token):
         """
+        token: MEZZO_EXECUTOR_TOKEN, which the agent gave this executor's process alone;
+        a registration without it is refused (another process could otherwise register
+        first and be handed the executor's tasks).
+
         Parameters:
          - framework_id
          - executor_id
+         - token
 
         """
         pass
@@ -396,20 +401,26 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
-    def register_executor(self, framework_id, executor_id):
+    def register_executor(self, framework_id, executor_id, token):
         """
+        token: MEZZO_EXECUTOR_TOKEN, which the agent gave this executor's process alone;
+        a registration without it is refused (another process could otherwise register
+        first and be handed the executor's tasks).
+
         Parameters:
          - framework_id
          - executor_id
+         - token
 
         """
-        self.send_register_executor(framework_id, executor_id)
+        self.send_register_executor(framework_id, executor_id, token)
 
-    def send_register_executor(self, framework_id, executor_id):
+    def send_register_executor(self, framework_id, executor_id, token):
         self._oprot.writeMessageBegin('register_executor', TMessageType.ONEWAY, self._seqid)
         args = register_executor_args()
         args.framework_id = framework_id
         args.executor_id = executor_id
+        args.token = token
         args.write(self._oprot)
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
@@ -629,7 +640,7 @@ class Processor(Iface, TProcessor):
         args.read(iprot)
         iprot.readMessageEnd()
         try:
-            self._handler.register_executor(args.framework_id, args.executor_id)
+            self._handler.register_executor(args.framework_id, args.executor_id, args.token)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1628,18 +1639,21 @@ class register_executor_args(object):
     Attributes:
      - framework_id
      - executor_id
+     - token
 
     """
 
     __slots__ = (
         'framework_id',
         'executor_id',
+        'token',
     )
 
 
-    def __init__(self, framework_id=None, executor_id=None,):
+    def __init__(self, framework_id=None, executor_id=None, token=None,):
         self.framework_id = framework_id
         self.executor_id = executor_id
+        self.token = token
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1660,6 +1674,11 @@ class register_executor_args(object):
                     self.executor_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1677,6 +1696,10 @@ class register_executor_args(object):
         if self.executor_id is not None:
             oprot.writeFieldBegin('executor_id', TType.STRING, 2)
             oprot.writeString(self.executor_id.encode('utf-8') if sys.version_info[0] == 2 else self.executor_id)
+            oprot.writeFieldEnd()
+        if self.token is not None:
+            oprot.writeFieldBegin('token', TType.STRING, 3)
+            oprot.writeString(self.token.encode('utf-8') if sys.version_info[0] == 2 else self.token)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1706,6 +1729,7 @@ register_executor_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'framework_id', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'executor_id', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'token', 'UTF8', None, ),  # 3
 )
 
 

@@ -579,11 +579,17 @@ class Checkpoint:
         if entry is not None:
             entry.damaged = None
 
-    def executor(self, framework_id: str, info: ExecutorInfo, container_id: str, sandbox: str) -> None:
+    def executor(
+        self, framework_id: str, info: ExecutorInfo, container_id: str, sandbox: str, token: str = ""
+    ) -> None:
+        """A custom executor is launched; ``token`` is the secret its process registers
+        with, kept so that after a restart the agent still tells it from an impostor
+        (the journal is the agent's own, 0600 in a 0700 directory)."""
         if self.enabled:
-            self._append(
-                "executor", {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox}, info
-            )
+            header = {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox}
+            if token:
+                header["k"] = token
+            self._append("executor", header, info)
 
     def executor_gone(self, framework_id: str, executor_id: str) -> None:
         if self.enabled and (framework_id, executor_id) in self.state.executors:

@@ -109,6 +109,8 @@ class ExecutorEntry:
     info: ExecutorInfo | None
     container: ContainerEntry
     damaged: str | None = None
+    token: str = ""
+    """The secret its process registers with ("" in journals older than tokens)."""
 
 
 @dataclass
@@ -186,6 +188,7 @@ class CheckpointState:
                 h["e"],
                 blob,
                 ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
+                token=str(h.get("k", "")),
             )
         elif kind == "executor_gone":
             self.executors.pop((h["f"], h["e"]), None)
