@@ -245,7 +245,7 @@ class Agent:
         )
         try:
             await self._link.start()
-        except TimeoutError as exc:
+        except (TimeoutError, PermissionError) as exc:  # PermissionError: zk.client.UnprotectedPath
             raise MezzoError(f"agent.master: {exc}") from None
         self.statistics.start()
         self.log.info(

@@ -44,6 +44,7 @@ from ..plugins import Plugins, check_settings_tables
 from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
+from ..zk.client import UnprotectedPath
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
 from .call_rates import CallRates
@@ -297,7 +298,7 @@ class Master:
             return
         try:
             await loop.run_in_executor(None, self._contend)
-        except TimeoutError as exc:
+        except (TimeoutError, UnprotectedPath) as exc:
             await self.stop()
             raise MezzoError(f"master.zk: {exc}") from None
 

@@ -116,7 +116,7 @@ class LeaderDetector:
         return None
 
 
-_shared: dict[tuple[int, str], tuple[LeaderDetector, int]] = {}
+_shared: dict[tuple[int, ZkUrl], tuple[LeaderDetector, int]] = {}
 _shared_lock = threading.Lock()
 
 
@@ -128,7 +128,7 @@ def shared_detector(url: ZkUrl | str, timeout: float = 15.0) -> tuple[LeaderDete
     ZooKeeper cannot be reached in ``timeout`` seconds).
     """
     zk_url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
-    key = (os.getpid(), str(zk_url))  # a forked child needs its own session
+    key = (os.getpid(), zk_url)  # a forked child needs its own session
     with _shared_lock:
         entry = _shared.get(key)
         if entry is None:

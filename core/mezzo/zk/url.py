@@ -1,8 +1,14 @@
-"""``zk://`` addresses: the ZooKeeper ensemble and the path the masters elect under."""
+"""``zk://`` addresses: the ZooKeeper ensemble, the path the masters elect under, and
+the credentials that protect it.
+
+``zk://USER:PASSWORD@host:port[,host:port...]/path`` gives every node mezzo creates an
+ACL of that digest user alone (see :mod:`.client`); without credentials the nodes are
+open to anyone (``world:anyone``), as ZooKeeper's default is.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 
@@ -13,6 +19,8 @@ class ZkUrl:
     """kazoo's ``hosts`` string: ``host:port,host:port``."""
     path: str
     """Absolute znode path, no trailing slash, e.g. ``/mezzo``."""
+    credentials: tuple[str, str] | None = field(default=None, repr=False)
+    """(user, password) of ZooKeeper's digest scheme, or None."""
 
     @property
     def election_path(self) -> str:
@@ -20,7 +28,9 @@ class ZkUrl:
         return f"{self.path}/leader"
 
     def __str__(self) -> str:
-        return f"zk://{self.hosts}{self.path}"
+        """The URL for logs and displays: the password is never shown."""
+        user = f"{self.credentials[0]}:***@" if self.credentials else ""
+        return f"zk://{user}{self.hosts}{self.path}"
 
 
 def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
@@ -29,6 +39,13 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
         raise ConfigError(key, f"expected zk://HOST:PORT[,HOST:PORT...]/PATH, got {text!r}")
     rest = text[len("zk://") :]
     hosts, slash, path = rest.partition("/")
+    credentials = None
+    auth, at, hosts = hosts.rpartition("@")
+    if at:
+        user, colon, password = auth.partition(":")
+        if not user or not colon or not password:
+            raise ConfigError(key, "credentials in a zk:// URL are USER:PASSWORD@ (both non-empty)")
+        credentials = (user, password)
     if not hosts:
         raise ConfigError(key, f"{text!r}: no ZooKeeper host before the path")
     for entry in hosts.split(","):
@@ -40,4 +57,4 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
         raise ConfigError(key, f"{text!r}: a path is required (zk://HOST:PORT/mezzo), not the root")
     if "//" in path or any(part in (".", "..") for part in path.split("/")):
         raise ConfigError(key, f"{text!r}: {path!r} is not a valid znode path")
-    return ZkUrl(hosts=hosts, path=path)
+    return ZkUrl(hosts=hosts, path=path, credentials=credentials)
