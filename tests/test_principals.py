@@ -13,6 +13,8 @@ still fails over.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -155,3 +157,42 @@ def test_a_process_without_the_executors_token_cannot_register_as_it(cluster) ->
     finally:
         driver.stop()
         driver.join()
+
+
+def test_a_task_inherits_only_the_allowed_part_of_the_agents_environment(mezzo_cluster, monkeypatch) -> None:
+    """The probe read the agent's whole environment from inside a task. Now a task gets
+    the variables named in ``agent.inherited_environment`` (PATH and the locale by
+    default), its command's own, and mezzo's."""
+    monkeypatch.setenv("AGENT_SECRET_TOKEN", "do-not-leak")  # the agents inherit it from here
+    script = 'echo "secret=${AGENT_SECRET_TOKEN:-none} path=${PATH:+set}"'
+
+    def run_in(cluster) -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mezzo",
+                "run",
+                "--config",
+                str(cluster.config_path),
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    plain = mezzo_cluster(agents=1, master={"allocation_interval": 0.01})
+    assert "secret=none path=set" in run_in(plain)
+    allowed = mezzo_cluster(
+        agents=1,
+        master={"allocation_interval": 0.01},
+        agent={"inherited_environment": ["PATH", "AGENT_SECRET_TOKEN"]},
+    )
+    assert "secret=do-not-leak path=set" in run_in(allowed)

@@ -61,6 +61,22 @@ otherwise); a plain ``int`` setting must be positive."""
 
 MIB = 1024 * 1024
 
+INHERITED_ENVIRONMENT = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "HOME",
+    "USER",
+    "LOGNAME",
+)
+"""``agent.inherited_environment``'s default: what a program needs to find its tools and
+speak the machine's language, and nothing that grants anything."""
+
 
 @dataclass
 class OneSelectedConfig:
@@ -289,6 +305,9 @@ class AgentConfig:
     statistics_interval: float = 10.0
     """Seconds between reports of container usage to the master (``mezzo state``
     shows them); only sent while some isolator measures something. 0 = never."""
+    inherited_environment: list[str] = field(default_factory=lambda: list(INHERITED_ENVIRONMENT))
+    """Names of the agent's environment variables its tasks and executors inherit; the
+    rest (the agent's credentials, tokens, proxies) stays with the agent."""
     checkpoint: bool = True
     """Journal what the agent runs under ``<work_dir>/meta/`` so that an agent that
     restarts after a crash takes its tasks and executors back under the same id."""

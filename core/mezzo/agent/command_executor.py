@@ -129,6 +129,7 @@ class CommandTask(ContainerRun):
                     "MEZZO_FRAMEWORK_ID": self.framework_id,
                     "MEZZO_SANDBOX": sandbox.path,
                 },
+                self.agent.config.inherited_environment,
             ),
             cwd=sandbox.path,
         )

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import uuid as uuidlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -57,9 +58,12 @@ def command_argv(command: CommandInfo) -> list[str]:
     return [command.value or "", *(command.arguments or [])]
 
 
-def command_env(command: CommandInfo, extra: dict[str, str]) -> dict[str, str]:
-    """The agent's environment, then the command's own, then mezzo's variables."""
-    env = dict(os.environ)
+def command_env(command: CommandInfo, extra: dict[str, str], inherited: Iterable[str]) -> dict[str, str]:
+    """The agent's variables named in ``inherited`` (``agent.inherited_environment``),
+    then the command's own, then mezzo's. Not the agent's whole environment: it may
+    hold the agent's own secrets (cloud credentials, tokens), which a task must not
+    read."""
+    env = {name: os.environ[name] for name in inherited if name in os.environ}
     env.update({str(k): str(v) for k, v in (command.environment or {}).items()})
     env.update(extra)
     return env

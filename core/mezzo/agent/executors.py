@@ -173,6 +173,7 @@ class ExecutorRun(ContainerRun):
                     # The agent's port is TLS: the executor checks it against the CA.
                     **({EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)} if self.agent.tls else {}),
                 },
+                self.agent.config.inherited_environment,
             ),
             cwd=sandbox.path,
         )
