@@ -90,15 +90,8 @@ def ensure_ca(
         return cert, key
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = _now()
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little behind
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        _builder(subject, subject, key, CA_DAYS)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -148,15 +141,9 @@ def issue(
         raise CertificateError(f"{cert_path} exists already (--force replaces it)")
     ca_cert, ca_key = ensure_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, principal)])
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, principal)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        _builder(subject, ca_cert.subject, key, days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
@@ -216,5 +203,18 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+def _builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, days: int
+) -> x509.CertificateBuilder:
+    """A certificate of ``key`` for ``subject`` by ``issuer``, valid ``days`` from five
+    minutes ago (a peer whose clock is a little behind must not find it not yet valid)."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+    )

@@ -143,28 +143,22 @@ class AgentService:
             return
         run = agent.find_executor(framework_id or "", executor_id or "")
         if run is None or conn.tag is not None or not run.accepts_registration():
-            agent.log.warning(
-                "refusing executor registration: not expected here",
-                framework=framework_id,
-                executor=executor_id,
-                peer=conn.peer,
-            )
-            conn.remote(EXECUTOR).shutdown()
-            conn.close()
-            return
-        if not run.holds_token(token):
+            why = "not expected here"
+        elif not run.holds_token(token):
             # Someone reaching this port knows the ids but is not the process the agent
             # started: refused, and the executor's own registration is still awaited.
-            agent.log.warning(
-                "refusing executor registration: wrong token",
-                framework=framework_id,
-                executor=executor_id,
-                peer=conn.peer,
-            )
-            conn.remote(EXECUTOR).shutdown()
-            conn.close()
+            why = "wrong token"
+        else:
+            run.on_registered(conn)
             return
-        run.on_registered(conn)
+        agent.log.warning(
+            f"refusing executor registration: {why}",
+            framework=framework_id,
+            executor=executor_id,
+            peer=conn.peer,
+        )
+        conn.remote(EXECUTOR).shutdown()
+        conn.close()
 
     def executor_status_update(self, conn: Connection, status: TaskStatus) -> None:
         run = self._executor_of(conn, "executor_status_update")
