@@ -67,7 +67,10 @@ def test_silent_agent_is_lost_and_starts_over_when_it_wakes(make_cluster, driver
         assert _alive(task_pid)  # the frozen agent's task still runs: a zombie in the making
     finally:
         os.kill(agent_pid, signal.SIGCONT)
-    assert lost_after >= 1.0  # not before agent_ping_timeout
+    # Not before agent_ping_timeout of silence. The master counts it from the agent's last
+    # message, which came up to a ping interval before the SIGSTOP this test counts from
+    # (a run measured 0.998 s against a bound of 1.0).
+    assert lost_after >= HEALTH["agent_ping_timeout"] - HEALTH["agent_ping_interval"]
 
     # Awake again: refused under its old id, it kills the task and comes back as new.
     state = wait_for(lambda: (s := cluster.state()) and len(s["agents"]) == 2 and s, 15, "the agent to come back")
