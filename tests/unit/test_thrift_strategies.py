@@ -113,7 +113,10 @@ def test_what_is_known_is_mixed_in_and_stays_legal(data, in_character):
 def test_every_scalar_type_is_drawn_within_its_range_and_hostile():
     leaves = []
 
-    @settings(max_examples=300, deadline=None)
+    # Derandomized: "hostile values turn up" is a property of the strategy's odds, and
+    # 300 fresh random draws missed the i64 extremes once in a fresh clone's CI (no
+    # example database there). One fixed sample checks the odds without flaking.
+    @settings(max_examples=300, deadline=None, derandomize=True)
     @given(struct_strategy(Leaf))
     def draw(leaf):
         _encodes(Leaf, leaf)
@@ -126,8 +129,7 @@ def test_every_scalar_type_is_drawn_within_its_range_and_hostile():
     # Hostile values turn up: extremes, negatives, NaN, the empty string, fields left out.
     assert any(x.i64 in (-(2**63), 2**63 - 1) for x in leaves)
     assert any(x.i32 is not None and x.i32 < 0 for x in leaves)
-    # NaN is drawn often but not in every run of this sample (seen once in a fresh clone's
-    # CI): the bounds above hold always; NaN is checked by the doubles' own strategy.
+    # NaN is checked by the doubles' own strategy, not in this sample.
     assert any(x.s == "" for x in leaves) and any(x.s is None for x in leaves)
 
 
