@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mezzo.certs import principal_tls, tls_toml
 from mezzo.config import TlsConfig
 from mezzo.state_client import MasterUnreachable, fetch_metrics
 from mezzo.testing import ZooKeeperServer, free_port
@@ -158,13 +159,12 @@ class EmulatedCluster:
                 else toml + "[master]\n" + line
             )
         if self.tls:
-            toml += self._tls_table("master")
-            for role in ("agents", "frameworks", "operator"):
-                (self.workdir / f"{role}.toml").write_text(self._tls_table(role))
-            d = self.workdir / "tls"
-            self.operator_tls = TlsConfig(
-                enabled=True, ca=str(d / "ca.crt"), cert=str(d / "operator.crt"), key=str(d / "operator.key")
-            )
+            toml += "\n" + tls_toml(principal_tls(self.workdir / "tls", "master"))
+            for role in ("agents", "frameworks"):
+                (self.workdir / f"{role}.toml").write_text(
+                    tls_toml(principal_tls(self.workdir / "tls", role))
+                )
+            self.operator_tls = principal_tls(self.workdir / "tls", "operator")
         config = self.workdir / "master.toml"
         config.write_text('[log]\nlevel = "warning"\n' + toml)
         self._config = config
@@ -175,18 +175,6 @@ class EmulatedCluster:
             self._wait_master(lambda m: True, "the master to start")
         else:
             self.leader()
-
-    def _tls_table(self, principal: str) -> str:
-        """A ``[tls]`` table with a certificate for ``principal`` (made in ``workdir/tls``)."""
-        from mezzo.certs import issue
-
-        d = self.workdir / "tls"
-        if not (d / f"{principal}.crt").exists():
-            issue(d, principal, ["127.0.0.1", "localhost"])
-        return (
-            f'\n[tls]\nenabled = true\nca = "{d / "ca.crt"}"\n'
-            f'cert = "{d / principal}.crt"\nkey = "{d / principal}.key"\n'
-        )
 
     def _env(self, role: str) -> dict[str, str] | None:
         """An emulator's environment: with TLS, ``$MEZZO_CONFIG`` names its ``[tls]``."""

@@ -42,6 +42,7 @@ import throughput
 import mezzo.log
 from _cluster import EmulatedCluster, machine
 from _report import write_section
+from mezzo.certs import tls_toml
 from mezzo.emulation import run_probe
 from mezzo.testing import LocalProcessCluster
 
@@ -111,7 +112,7 @@ def run_latency(pairs: int) -> dict[bool, list[float]]:
         client = secure.dir / "operator.toml"
         t = secure.tls
         assert t is not None
-        client.write_text(f'[tls]\nenabled = true\nca = "{t.ca}"\ncert = "{t.cert}"\nkey = "{t.key}"\n')
+        client.write_text(tls_toml(t))
         for _ in range(pairs * 3 + 1):  # the first of each is a warm-up, not counted
             for tls, cluster in ((False, plain), (True, secure)):
                 argv = [sys.executable, "-m", "mezzo", "run", "--master", cluster.master]

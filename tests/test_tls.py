@@ -12,7 +12,6 @@ right.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import ssl
 import stat
@@ -26,7 +25,7 @@ import pytest
 
 import mezzo
 import mezzo.config
-from mezzo.certs import issue
+from mezzo.certs import issue, principal_tls, tls_toml
 from mezzo.config import TlsConfig
 from mezzo.errors import ConfigError
 from mezzo.rpc import client_tls, connect
@@ -142,9 +141,7 @@ def test_tls_settings_name_the_key_that_is_wrong(tmp_path: Path) -> None:
         assert str(err.value).startswith(says), (change, str(err.value))
     # Through the command line: one line, exit 2, before anything starts.
     config = tmp_path / "bad.toml"
-    config.write_text(
-        f'[tls]\nenabled = true\nca = "{d / "ca.crt"}"\ncert = "{d / "master.crt"}"\nkey = "{d / "other.key"}"\n'
-    )
+    config.write_text(tls_toml(TlsConfig(**{**ok, "key": str(d / "other.key")})))
     done = mezzo_cli("master", "--config", str(config), "--listen", "127.0.0.1:0")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
@@ -220,9 +217,7 @@ def test_the_client_refuses_a_master_it_does_not_trust(tls_master, tmp_path: Pat
     d = tmp_path / "narrow"
     issue(d, "master", ["127.0.0.1"])
     config = tmp_path / "narrow.toml"
-    config.write_text(
-        f'[tls]\nenabled = true\nca = "{d / "ca.crt"}"\ncert = "{d / "master.crt"}"\nkey = "{d / "master.key"}"\n'
-    )
+    config.write_text(tls_toml(principal_tls(d, "master")))
     with socket.socket() as s:  # a second master, on a port of its own
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -279,9 +274,10 @@ def test_a_peer_that_never_finishes_its_handshake_is_dropped(mezzo_cluster) -> N
     wait_for(lambda: "did not finish the TLS handshake in time" in master_log(cluster))
 
 
-def test_the_state_client_connects_over_tls_with_principal(tls_master) -> None:
-    """The master's end of a TLS connection knows the peer's principal (the common name
-    of its certificate): the name authentication and ACLs will use."""
+def test_a_connection_knows_its_peers_principal(tls_master) -> None:
+    """Each end of a TLS connection knows the other's principal (the common name of its
+    certificate): here the client's view of the master. The master's view of its peers
+    is what tests/test_principals.py relies on."""
 
     async def principal_seen_by_client() -> str | None:
         tls = client_tls(tls_master.tls)
@@ -293,7 +289,6 @@ def test_the_state_client_connects_over_tls_with_principal(tls_master) -> None:
             conn.close()
 
     assert asyncio.run(principal_seen_by_client()) == "master"
-    assert os.path.exists(tls_master.tls.cert)
 
 
 # -- a whole cluster over TLS --------------------------------------------------------
@@ -321,7 +316,7 @@ def test_a_whole_cluster_over_tls_runs_command_and_executor_tasks(mezzo_cluster)
         driver.join()
     client = cluster.dir / "operator.toml"
     t = cluster.tls
-    client.write_text(f'[tls]\nenabled = true\nca = "{t.ca}"\ncert = "{t.cert}"\nkey = "{t.key}"\n')
+    client.write_text(tls_toml(t))
     done = mezzo_cli(
         "run", "--config", str(client), "--master", cluster.master, "--", "sh", "-c", "echo over-tls"
     )

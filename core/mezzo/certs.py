@@ -21,6 +21,7 @@ import datetime
 import ipaddress
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .config import TlsConfig
 from .errors import MezzoError
 
 CA_DAYS = 3650
@@ -218,3 +220,21 @@ def _builder(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
     )
+
+
+def principal_tls(
+    directory: Path, principal: str, hosts: Sequence[str] = ("127.0.0.1", "localhost")
+) -> TlsConfig:
+    """A ``[tls]`` holding ``principal``'s certificate in ``directory``, signed by the CA
+    there; both are made first if they are not there yet (tests, benchmarks, local
+    clusters)."""
+    cert, key = directory / f"{principal}.crt", directory / f"{principal}.key"
+    if not cert.exists():
+        issue(directory, principal, list(hosts))
+    return TlsConfig(enabled=True, ca=str(directory / "ca.crt"), cert=str(cert), key=str(key))
+
+
+def tls_toml(tls: TlsConfig) -> str:
+    """``tls`` as the ``[tls]`` table of a TOML file (what a client's ``MEZZO_CONFIG``
+    names): the switch and the three files; other keys keep their defaults."""
+    return f'[tls]\nenabled = {str(tls.enabled).lower()}\nca = "{tls.ca}"\ncert = "{tls.cert}"\nkey = "{tls.key}"\n'

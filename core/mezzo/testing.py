@@ -30,6 +30,7 @@ the tail of each is attached to start-up errors, so a failing test says why.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -197,17 +198,13 @@ class LocalProcessCluster:
     def client_tls(self, principal: str) -> TlsConfig:
         """A ``[tls]`` with a certificate for ``principal`` signed by this cluster's CA
         (made on first use), for a framework's driver or a tool."""
-        table = self._tls_table(principal)
-        return TlsConfig(enabled=True, ca=table["ca"], cert=table["cert"], key=table["key"])
+        from .certs import principal_tls
+
+        return principal_tls(self.dir / "tls", principal)
 
     def _tls_table(self, principal: str) -> dict[str, Any]:
-        from .certs import issue
-
-        directory = self.dir / "tls"
-        cert, key = directory / f"{principal}.crt", directory / f"{principal}.key"
-        if not cert.exists():
-            issue(directory, principal, ["127.0.0.1", "localhost"])
-        return {"enabled": True, "ca": str(directory / "ca.crt"), "cert": str(cert), "key": str(key)}
+        """:meth:`client_tls` as a table of the cluster's TOML files."""
+        return dataclasses.asdict(self.client_tls(principal))
 
     # -- processes --------------------------------------------------------
 

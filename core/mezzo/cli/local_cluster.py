@@ -76,7 +76,7 @@ def throwaway_tls(work_dir: str) -> tuple[TlsConfig, TlsConfig, str]:
     """New certificates for a local cluster in ``<work_dir>/tls``: the master's and the
     agents' ``[tls]``, and the path of ``<work_dir>/client.toml`` (the operator's
     ``[tls]``, for clients). Earlier ones are replaced: a new CA each start."""
-    from ..certs import issue
+    from ..certs import issue, tls_toml
 
     directory = Path(work_dir) / "tls"
     hosts = ["127.0.0.1", "localhost"]
@@ -92,7 +92,6 @@ def throwaway_tls(work_dir: str) -> tuple[TlsConfig, TlsConfig, str]:
     operator = table("operator")
     client.write_text(
         "# [tls] for clients of the local cluster (mezzo state, mezzo run, frameworks):\n"
-        f"#   MEZZO_CONFIG={client} mezzo state\n"
-        f'[tls]\nenabled = true\nca = "{operator.ca}"\ncert = "{operator.cert}"\nkey = "{operator.key}"\n'
+        f"#   MEZZO_CONFIG={client} mezzo state\n" + tls_toml(operator)
     )
     return table("master"), table("agent"), str(client)
