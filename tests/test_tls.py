@@ -18,7 +18,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -267,10 +266,8 @@ def test_a_peer_that_never_finishes_its_handshake_is_dropped(mezzo_cluster) -> N
     cluster = mezzo_cluster(agents=0, tls=True, tables={"tls": {"handshake_timeout": 0.5}})
     host, port = cluster.master.split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.settimeout(10)
-        started = time.monotonic()
+        s.settimeout(10)  # far past handshake_timeout: a recv that times out fails the test
         assert s.recv(1) == b""  # the master hung up
-        assert time.monotonic() - started < 9
     wait_for(lambda: "did not finish the TLS handshake in time" in master_log(cluster))
 
 
