@@ -6,9 +6,12 @@ the scripts (and the emulators they drive) from rotting between those runs.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -128,3 +131,13 @@ def test_task_cost_at_a_toy_size_measures_each_counted_wave():
     out = run_bench("task_cost.py", "--agents", "50", "--frameworks", "5", "--waves", "12", "--runs", "2")
     assert out.count("µs per task (median of 2 waves") == 2  # waves 11 and 12 are counted
     assert "master CPU per task:" in out
+
+
+def test_tls_cost_ratio_of_a_zero_baseline_is_not_a_number_rather_than_a_crash():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import tls_cost
+    finally:
+        sys.path.remove(str(BENCH))
+    assert math.isnan(tls_cost.median_ratio([0.0], [0.016]))
+    assert tls_cost.median_ratio([0.0, 0.5, 0.4], [0.016, 0.6, 0.6]) == pytest.approx(1.35)
