@@ -82,6 +82,12 @@ struct CommandInfo {
   2: list<string> arguments,
   3: bool shell = true,
   4: map<string, string> environment,
+  /**
+   * The unix user the command runs as; empty: FrameworkInfo.user, and "nobody" when
+   * that is empty too. The master checks it against the run_tasks ACL; an agent
+   * running as root switches to it (agent.switch_user).
+   */
+  5: string user = "",
 }
 
 struct ExecutorInfo {

@@ -305,6 +305,11 @@ class AgentConfig:
     statistics_interval: float = 10.0
     """Seconds between reports of container usage to the master (``mezzo state``
     shows them); only sent while some isolator measures something. 0 = never."""
+    switch_user: bool = True
+    """An agent running as root runs each task and executor as its unix user
+    (:func:`mezzo.task_user.task_user`: the command's ``user``, else the framework's, else
+    ``nobody``) in a sandbox owned by that user. Off, or an agent not running as root:
+    they run as the agent's own user."""
     inherited_environment: list[str] = field(default_factory=lambda: list(INHERITED_ENVIRONMENT))
     """Names of the agent's environment variables its tasks and executors inherit; the
     rest (the agent's credentials, tokens, proxies) stays with the agent."""

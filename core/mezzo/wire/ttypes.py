@@ -669,6 +669,9 @@ class CommandInfo(object):
      - arguments
      - shell
      - environment
+     - user: The unix user the command runs as; empty: FrameworkInfo.user, and "nobody" when
+    that is empty too. The master checks it against the run_tasks ACL; an agent
+    running as root switches to it (agent.switch_user).
 
     """
 
@@ -677,14 +680,16 @@ class CommandInfo(object):
         'arguments',
         'shell',
         'environment',
+        'user',
     )
 
 
-    def __init__(self, value=None, arguments=None, shell=True, environment=None,):
+    def __init__(self, value=None, arguments=None, shell=True, environment=None, user="",):
         self.value = value
         self.arguments = arguments
         self.shell = shell
         self.environment = environment
+        self.user = user
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -726,6 +731,11 @@ class CommandInfo(object):
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.user = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -758,6 +768,10 @@ class CommandInfo(object):
                 oprot.writeString(kiter64.encode('utf-8') if sys.version_info[0] == 2 else kiter64)
                 oprot.writeString(viter65.encode('utf-8') if sys.version_info[0] == 2 else viter65)
             oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.user is not None:
+            oprot.writeFieldBegin('user', TType.STRING, 5)
+            oprot.writeString(self.user.encode('utf-8') if sys.version_info[0] == 2 else self.user)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1684,6 +1698,7 @@ CommandInfo.thrift_spec = (
     (2, TType.LIST, 'arguments', (TType.STRING, 'UTF8', False), None, ),  # 2
     (3, TType.BOOL, 'shell', None, True, ),  # 3
     (4, TType.MAP, 'environment', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 4
+    (5, TType.STRING, 'user', 'UTF8', "", ),  # 5
 )
 all_structs.append(ExecutorInfo)
 ExecutorInfo.thrift_spec = (
