@@ -38,6 +38,8 @@ from pathlib import Path
 
 from mezzo.certs import principal_tls, tls_toml
 from mezzo.config import TlsConfig
+from mezzo.master.acls import single_tenant
+from mezzo.master.acls import to_toml as acls_toml
 from mezzo.state_client import MasterUnreachable, fetch_metrics
 from mezzo.testing import ZooKeeperServer, free_port
 
@@ -160,6 +162,9 @@ class EmulatedCluster:
             )
         if self.tls:
             toml += "\n" + tls_toml(principal_tls(self.workdir / "tls", "master"))
+            toml += "\n" + acls_toml(
+                single_tenant(agents=["agents"], operators=["operator"], frameworks=["frameworks"])
+            )
             for role in ("agents", "frameworks"):
                 (self.workdir / f"{role}.toml").write_text(
                     tls_toml(principal_tls(self.workdir / "tls", role))

@@ -21,6 +21,7 @@ import pytest
 
 import mezzo
 from mezzo import AgentInfo, FrameworkInfo, Resources
+from mezzo.master.acls import single_tenant
 from mezzo.services import AGENT, EXECUTOR, SCHEDULER
 from mezzo.testing import RawPeer, wait_for
 
@@ -44,7 +45,11 @@ class Registers(mezzo.Scheduler):
 
 @pytest.fixture
 def cluster(mezzo_cluster):
-    return mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01})
+    # The ACLs let the intruder register agents (of its own): what stops it taking over
+    # another principal's agent or framework here is ownership, not the ACLs
+    # (tests/test_acls.py has those).
+    acls = single_tenant(agents=["agent", "intruder"], operators=["operator"])
+    return mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01, "acls": acls})
 
 
 def audit_lines(cluster) -> list[str]:

@@ -331,4 +331,6 @@ service Tool {
   oneway void metrics(1: i64 request_id, 2: string metrics_json),
   /** An agent's answer to Agent.request_statistics (JSON, as Master.container_statistics). */
   oneway void statistics(1: i64 request_id, 2: string statistics_json),
+  /** The request was refused (the master's ACLs); message says who may not see what. */
+  oneway void error(1: i64 request_id, 2: string message),
 }

@@ -48,10 +48,13 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .resources import InvalidResources, Resources
+
+if TYPE_CHECKING:
+    from .master.acls import Acls
 
 CONFIG_ENV = "MEZZO_CONFIG"
 
@@ -263,6 +266,10 @@ class MasterConfig:
     offer_filter_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     revocation_policy: RevocationPolicyConfig = field(default_factory=RevocationPolicyConfig)
+    acls: Acls = field(default_factory=lambda: _parse_acls({}, "master.acls"))
+    """``[master.acls]``: who may register frameworks in which roles, run tasks as which
+    users, register agents, tear down and view whose frameworks (:mod:`mezzo.master.acls`).
+    No rule decides: ``acls.permissive``, by default deny under TLS and allow without."""
 
 
 DEFAULT_MAX_JOURNAL_BYTES = 1024 * 1024 * 1024
@@ -564,10 +571,19 @@ _NESTED = {
 }
 
 
+def _parse_acls(value: Any, dotted: str) -> Acls:
+    """``[master.acls]`` (imported here, so that reading a configuration loads no master code)."""
+    from .master.acls import parse
+
+    return parse(value, dotted)
+
+
 def _coerce(type_: Any, value: Any, dotted: str) -> Any:
     t = type_ if isinstance(type_, str) else getattr(type_, "__name__", str(type_))
     if t in _NESTED:
         return _build(_NESTED[t], value, dotted + ".")
+    if t == "Acls":
+        return _parse_acls(value, dotted)
     if t == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(dotted, f"expected a number, got {_kind(value)}")

@@ -36,6 +36,10 @@ class MasterUnreachable(MezzoError):
     """The master did not answer (not running, wrong address, timeout)."""
 
 
+class NotAllowed(MezzoError):
+    """The master refused the request: the caller's principal may not see it (its ACLs)."""
+
+
 class _Waiter:
     def __init__(self, request_id: int, future: asyncio.Future) -> None:
         self.request_id = request_id
@@ -47,6 +51,10 @@ class _Waiter:
 
     metrics = state  # the answers to request_metrics and request_statistics have the same shape
     statistics = state
+
+    def error(self, conn: Any, request_id: int, message: str) -> None:
+        if request_id == self.request_id and not self.future.done():
+            self.future.set_exception(NotAllowed(message))
 
     def connection_lost(self, conn: Any) -> None:
         if not self.future.done():

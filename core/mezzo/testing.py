@@ -182,6 +182,13 @@ class LocalProcessCluster:
         self.tls: TlsConfig | None = None
         """The test's own ``[tls]`` (principal ``operator``) when the cluster runs TLS."""
         if tls:
+            if "acls" not in config["master"]:
+                # The default deny of a TLS master, opened to this harness's principals:
+                # the agents register as agents, any certified client runs frameworks.
+                from .master.acls import single_tenant
+
+                acls = single_tenant(agents=["agent"], operators=["operator"])
+                config["master"] = {**config["master"], "acls": acls}
             self.tls = self.client_tls("operator")
             extra = dict(config.get("tls", {}))  # e.g. handshake_timeout from ``tables``
             config["tls"] = {**self._tls_table("master"), **extra}

@@ -132,6 +132,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "state": (99, '{"frameworks": [], "agents": [{"id": "ag-3"}]}'),
         "metrics": (98, '{"messages_received": 12}'),
         "statistics": (97, '[]'),
+        "error": (96, "request_state: principal x may not view the cluster"),
     },
 }
 

@@ -126,6 +126,14 @@ def local(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("agent.work_dir", f"cannot write certificates there: {exc}") from None
         print(f"mezzo local: TLS on, throw-away certificates; clients: MEZZO_CONFIG={client}", flush=True)
+        if not cfg.master.acls.configured and cfg.master.acls.permissive is None:
+            # Authentication on and the default deny: the principals it just made get
+            # exactly what a one-person cluster needs, nobody else anything.
+            from ..master.acls import parse, single_tenant
+
+            cfg.master.acls = parse(
+                single_tenant(agents=["agent"], operators=["operator"], frameworks=["operator"])
+            )
     cluster = LocalCluster(cfg, args.agents, load_plugins(), agent_tls=agent_tls)
     return asyncio.run(_serve_until_signal(cluster))
 

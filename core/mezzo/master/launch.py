@@ -19,14 +19,18 @@ Rules, in the order they are checked (the first failing rule answers the task):
    ``master.max_task_data_bytes``, and its labels, command arguments and
    environments together within ``master.max_task_metadata_bytes`` (a task's
    description is forwarded to its agent and kept there and in the agent's journal,
-   so one framework must not make either hold unbounded memory).
+   so one framework must not make either hold unbounded memory); its unix user
+   (:func:`mezzo.task_user.task_user`) one the framework's principal may run tasks
+   as (``may_run_as``: the ``run_tasks`` ACL, :mod:`.acls`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..resources import InvalidResources, Resources, wire_ranges_problem
+from ..task_user import task_user
 from ..wire.ttypes import TaskInfo, TaskState, TaskStatus
 from .long_tasks import INSUFFICIENT_LONG_TASK_ROOM
 from .long_tasks import room as long_task_room
@@ -45,6 +49,8 @@ INVALID_COMMAND = "invalid_command"
 INVALID_EXECUTOR = "invalid_executor"
 TASK_DATA_TOO_LARGE = "task_data_too_large"
 TASK_METADATA_TOO_LARGE = "task_metadata_too_large"
+TASK_UNAUTHORIZED = "task_unauthorized"
+"""The framework's principal may not run tasks as the task's user (``run_tasks`` ACL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,7 @@ def check_launch(
     offers: dict[str, OfferRecord],
     agents: dict[str, AgentRecord],
     limits: TaskLimits = TaskLimits(),
+    may_run_as: Callable[[str], bool] | None = None,
 ) -> LaunchPlan:
     """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring."""
     plan = LaunchPlan()
@@ -147,7 +154,7 @@ def check_launch(
     batch_ids: set[str] = set()
     batch_executors: set[str] = set()
     for task in tasks:
-        status = _check_task(task, framework, agent, batch_ids, batch_executors, limits)
+        status = _check_task(task, framework, agent, batch_ids, batch_executors, limits, may_run_as)
         if isinstance(status, TaskStatus):
             plan.rejected.append(status)
             continue
@@ -196,6 +203,7 @@ def _check_task(
     batch_ids: set[str],
     batch_executors: set[str],
     limits: TaskLimits,
+    may_run_as: Callable[[str], bool] | None,
 ) -> TaskStatus | tuple[Resources, Resources | None]:
     fid = framework.id
 
@@ -255,6 +263,14 @@ def _check_task(
             return error(INVALID_RESOURCES, f"executor {ex.executor_id!r} resources: {exc}")
         if (fid, ex.executor_id) not in agent.executors and ex.executor_id not in batch_executors:
             executor_resources = ex_res
+    if may_run_as is not None:
+        user = task_user(framework.info, task)
+        if not may_run_as(user):
+            principal = framework.principal or "a caller without a certificate"
+            return error(
+                TASK_UNAUTHORIZED,
+                f"principal {principal} may not run tasks as user {user!r} (master.acls.run_tasks)",
+            )
     return resources, executor_resources
 
 

@@ -31,6 +31,7 @@ import resource
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -42,9 +43,11 @@ from ..heap import tune_gc
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
 from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
+from ..rpc.codec import Utf8Text
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from ..zk.client import UnprotectedPath
+from .acls import View
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
 from .call_rates import CallRates
@@ -123,6 +126,11 @@ class Master:
             use_fork=config.render_state_in_child,
             saturated=lambda: self.loop_watch.saturated(),
         )
+        self.acls = config.acls.for_tls(self.tls is not None)
+        """Who may do what (``[master.acls]``): with TLS on and no ``permissive``, deny by default."""
+        self._view_snapshots: dict[View, StateSnapshots] = {}
+        """Snapshots of the part of the state some viewers see (:meth:`.acls.Acls.view_of`),
+        one per distinct view: as many as the ACLs can make, never more than their rules."""
         self._server: Listener | None = None
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
@@ -202,7 +210,7 @@ class Master:
         recovery = Recovery(state)
         frameworks = FrameworkLifecycle(state)
         agents = AgentLifecycle(state, frameworks, recovery)
-        tasks = TaskLifecycle(state, recovery)
+        tasks = TaskLifecycle(state, recovery, self.acls)
         allocation = Allocation(state, recovery, interval=config.allocation_interval, totals=self.totals)
         state.request_allocation = allocation.request
         service = MasterService(
@@ -212,6 +220,8 @@ class Master:
             tasks,
             address=lambda: self.address,
             render_state=self.snapshots.request_encoded,
+            render_view=self._request_view,
+            acls=self.acls,
             metrics=self.metrics,
             saturated=self.loop_watch.saturated,
             call_rates=CallRates(
@@ -292,7 +302,13 @@ class Master:
             zk=str(self.zk_url) if self.zk_url else None,
             tls=self.tls is not None,
             event_loop=type(loop).__module__.partition(".")[0],  # "uvloop" or "asyncio"
+            acls="rules" if self.acls.configured else ("allow all" if self.acls.permissive else "deny all"),
         )
+        if not self.acls.configured and not self.acls.permissive:
+            log.warning(
+                "TLS is on and [master.acls] has no rules: every framework, agent and viewer will be "
+                "refused (with authentication on, the default is deny); see docs/security.md"
+            )
         if self.zk_url is None:
             self.lead()  # no await since binding: no call can have arrived before this
             return
@@ -398,6 +414,8 @@ class Master:
         self.term.close()
         self.loop_watch.stop()
         self.snapshots.close()
+        for snapshots in self._view_snapshots.values():
+            snapshots.close()
         for link in self.term.state.links():
             link.close()
         if self._server is not None:
@@ -405,6 +423,18 @@ class Master:
             await self._server.wait_closed()
             self._server = None
         log.info("master stopped", address=self.address)
+
+    def _request_view(self, view: View, reply: Callable[[Utf8Text], None]) -> None:
+        """Answer ``reply`` with the part of the state ``view`` shows, rendered like the
+        whole of it (a forked child per distinct view, shared by its waiters)."""
+        snapshots = self._view_snapshots.get(view)
+        if snapshots is None:
+            snapshots = self._view_snapshots[view] = StateSnapshots(
+                lambda: render_state(self, view),
+                use_fork=self.config.render_state_in_child,
+                saturated=lambda: self.loop_watch.saturated(),
+            )
+        snapshots.request_encoded(reply)
 
     # -- metrics ------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from ..wire.ttypes import (
     TaskInfo,
     TaskStatus,
 )
+from .acls import FULL_VIEW, PERMISSIVE, Acls, View
 from .audit import principal_of, refused
 from .call_rates import CallRates, Verdict
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
@@ -92,6 +93,8 @@ class MasterService:
         metrics: Callable[[], dict[str, Any]],
         call_rates: CallRates | None = None,
         saturated: Callable[[], bool] = lambda: False,
+        acls: Acls = PERMISSIVE,
+        render_view: Callable[[View, Callable[[Utf8Text], None]], None] | None = None,
     ) -> None:
         self.state = state
         self.frameworks = frameworks
@@ -101,6 +104,10 @@ class MasterService:
         self._render_state = render_state
         self._metrics = metrics
         self._saturated = saturated
+        self.acls = acls
+        """Who may do what (``[master.acls]``, :mod:`.acls`), decided for this master's TLS."""
+        self._render_view = render_view
+        """Renders the part of the state a viewer who may not see everything sees."""
         self.statistics_shed = 0
         """Container statistics reports dropped unread while the loop was saturated."""
         self.agent_links: dict[Any, None] = {}
@@ -225,12 +232,26 @@ class MasterService:
                 f"register_framework: this connection is already framework {conn.tag.framework_id}"
             )
             return
+        principal = principal_of(conn)
+        if not self.acls.allows("register_frameworks", principal, framework.role):
+            who = principal or "a caller without a certificate"
+            refused(
+                "register_framework",
+                principal,
+                f"role {framework.role}",
+                "master.acls.register_frameworks",
+                conn.peer,
+            )
+            scheduler.error(
+                f"register_framework: principal {who} may not register frameworks in role "
+                f"{framework.role!r} (master.acls.register_frameworks)"
+            )
+            return
         state = self.state
         existing = state.frameworks.get(fid) if fid else None
         if existing is not None:
             if existing.conn is conn and not self._within_rate(conn, existing, "register_framework"):
                 return
-            principal = principal_of(conn)
             if existing.principal is not None and principal != existing.principal:
                 # Failing a framework over hands its tasks, offers and updates to the
                 # new scheduler: only whoever registered it may.
@@ -393,6 +414,14 @@ class MasterService:
         remote = conn.remote(AGENT)
         if isinstance(conn.tag, FrameworkTag):
             remote.error(f"{call}: this connection belongs to a framework")
+            return None
+        principal = principal_of(conn)
+        if not self.acls.allows("register_agents", principal):
+            refused(call, principal, "agents", "master.acls.register_agents", conn.peer)
+            remote.error(
+                f"{call}: principal {principal or 'a caller without a certificate'} may not register "
+                "agents (master.acls.register_agents)"
+            )
             return None
         if not isinstance(agent, AgentInfo) or not isinstance(agent.hostname, str) or not agent.hostname:
             remote.error(f"{call}: AgentInfo.hostname is required")
@@ -577,10 +606,37 @@ class MasterService:
     # -- tools --------------------------------------------------------------------------
 
     def request_state(self, conn: Any, request_id: int) -> None:
-        self._render_state(lambda text: conn.send(TOOL.encode_with_text("state", (request_id,), text)))
+        """The state as JSON, as much of it as the caller may see (``view_cluster``,
+        ``view_frameworks``); a caller who may see none of it is answered ``error``."""
+        principal = principal_of(conn)
+        view = self.acls.view_of(principal) if self.acls.configured or not self.acls.permissive else FULL_VIEW
+
+        def reply(text: Utf8Text) -> None:
+            conn.send(TOOL.encode_with_text("state", (request_id,), text))
+
+        if view.everything:
+            self._render_state(reply)
+        elif not view.cluster and view.frameworks == () and not view.permissive:
+            self._refuse_tool(conn, request_id, "request_state", principal, "view_cluster, view_frameworks")
+        elif self._render_view is not None:
+            self._render_view(view, reply)
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
+        principal = principal_of(conn)
+        if not self.acls.allows("view_cluster", principal):
+            self._refuse_tool(conn, request_id, "request_metrics", principal, "view_cluster")
+            return
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
+
+    def _refuse_tool(
+        self, conn: Any, request_id: int, call: str, principal: str | None, actions: str
+    ) -> None:
+        refused(call, principal, "state", f"master.acls.{actions}", conn.peer)
+        conn.remote(TOOL).error(
+            request_id,
+            f"{call}: principal {principal or 'a caller without a certificate'} may not view the "
+            f"cluster (master.acls: {actions})",
+        )
 
 
 def _answers_offers(record: FrameworkRecord, offer_ids: list[str]) -> bool:

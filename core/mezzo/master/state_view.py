@@ -14,13 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 from .. import state_name
 from ..resources import Resources
+from ..task_user import DEFAULT_USER
+from .acls import FULL_VIEW, View
 
 if TYPE_CHECKING:
     from .master import Master
 
 
-def snapshot(master: Master) -> dict[str, Any]:
-    """The state as JSON-ready dicts."""
+def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
+    """The state as JSON-ready dicts, as much of it as ``view`` shows (see
+    :meth:`.acls.Acls.view_of`): without ``view.cluster`` no master settings and no
+    agents; only the frameworks whose user the view shows, and their tasks and
+    offers. Task environments and data are never part of the state."""
+    if not view.everything:
+        return _partial(snapshot(master), view, master)
     term = master.term
     state = term.state
     now = state.now()
@@ -125,8 +132,32 @@ def snapshot(master: Master) -> dict[str, Any]:
     }
 
 
-def render_state(master: Master) -> str:
-    return json.dumps(snapshot(master), sort_keys=False)
+def render_state(master: Master, view: View = FULL_VIEW) -> str:
+    return json.dumps(snapshot(master, view), sort_keys=False)
+
+
+def _partial(full: dict[str, Any], view: View, master: Master) -> dict[str, Any]:
+    """``full`` cut down to ``view``: O(its size), in the rendering child like the rest."""
+    frameworks = master.term.state.frameworks
+    shown = {fid for fid, f in frameworks.items() if view.sees_user(f.info.user or DEFAULT_USER)}
+    out: dict[str, Any] = {
+        "master": {k: full["master"][k] for k in ("id", "address", "leading", "leader")},
+        "frameworks": [f for f in full["frameworks"] if f["id"] in shown],
+        "tasks": [t for t in full["tasks"] if t["framework_id"] in shown],
+        "completed_tasks": [t for t in full["completed_tasks"] if t["framework_id"] in shown],
+        "offers": [o for o in full["offers"] if o["framework_id"] in shown],
+        "partial": "the viewer's principal may see only part of the state (master.acls)",
+    }
+    if view.cluster:
+        for key in ("master", "revocation", "refuse_filters", "last_allocation", "plugin_failures"):
+            out[key] = full[key]
+        out["agents"] = full["agents"]
+        for agent in out["agents"]:
+            agent["executors"] = [e for e in agent["executors"] if e["framework_id"] in shown]
+            agent["containers"] = [
+                c for c in agent["containers"] or () if isinstance(c, dict) and c.get("framework_id") in shown
+            ]
+    return out
 
 
 class _Dicts:

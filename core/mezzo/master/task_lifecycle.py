@@ -12,6 +12,7 @@ Callers (:mod:`.service`) have checked who is calling.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,10 +22,12 @@ from .. import is_terminal, state_name
 from ..resources import Resources
 from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
 from . import launch as launch_rules
+from .audit import refused
 from .records import AgentRecord, FrameworkRecord, TaskRecord
 from .registry import REFUSE
 
 if TYPE_CHECKING:
+    from .acls import Acls
     from .recovery import Recovery
     from .state import ClusterState
 
@@ -40,9 +43,11 @@ TASK_UNKNOWN = "task_unknown"
 class TaskLifecycle:
     """Task launch, kill, status and reconciliation over one :class:`ClusterState`."""
 
-    def __init__(self, state: ClusterState, recovery: Recovery) -> None:
+    def __init__(self, state: ClusterState, recovery: Recovery, acls: Acls | None = None) -> None:
         self.state = state
         self.recovery = recovery
+        self.acls = acls
+        """The ``run_tasks`` ACL each task's user is checked against (None: no checks)."""
         self.limits = launch_rules.TaskLimits(
             data_bytes=state.config.max_task_data_bytes, metadata_bytes=state.config.max_task_metadata_bytes
         )
@@ -56,11 +61,25 @@ class TaskLifecycle:
         """The framework answered ``offer_ids`` with ``tasks`` (the paper's replyToOffer)."""
         state = self.state
         plan = launch_rules.check_launch(
-            record, offer_ids, tasks, state.offer_book.offers, state.agents, self.limits
+            record,
+            offer_ids,
+            tasks,
+            state.offer_book.offers,
+            state.agents,
+            self.limits,
+            self._may_run_as(record),
         )
         scheduler = state.outbox.scheduler(record.conn)
         for status in plan.rejected:
             status.timestamp = time.time()
+            if status.reason == launch_rules.TASK_UNAUTHORIZED:
+                refused(
+                    "run_tasks",
+                    record.principal,
+                    f"task {status.task_id}",
+                    status.message,
+                    getattr(record.conn, "peer", "?"),
+                )
             log.info(
                 "task rejected",
                 framework=record.id,
@@ -141,6 +160,14 @@ class TaskLifecycle:
             return
         log.info("killing task", framework=record.id, task=task_id, agent=agent.id)
         state.outbox.agent(agent.conn).kill_task(record.id, task_id)
+
+    def _may_run_as(self, record: FrameworkRecord) -> Callable[[str], bool] | None:
+        """The ``run_tasks`` check of ``record``'s principal; None when every user is allowed."""
+        acls = self.acls
+        if acls is None or (acls.permissive and not acls.rules.get("run_tasks")):
+            return None  # the common case without ACLs costs no call per task
+        principal = record.principal
+        return lambda user: acls.allows("run_tasks", principal, user)
 
     def status_update(self, agent: AgentRecord, status: TaskStatus) -> None:
         """An update from ``agent`` (the caller stamped ``status.agent_id`` with it):
