@@ -134,6 +134,52 @@ def test_another_principal_cannot_take_over_an_agent_and_lose_its_tasks(cluster)
         driver.join()
 
 
+def test_an_agent_cannot_report_on_another_agents_task_or_speak_for_its_executor(cluster) -> None:
+    """The probe registered an agent of its own and sent a victim framework TASK_FINISHED
+    for a task running elsewhere, and framework messages in its executor's name; the
+    scheduler believed both. Now an agent may report only on the tasks and executors
+    the master placed on it: the intruder's agent is registered (its principal may
+    register agents), but its forgeries are refused, audited, and never reach the
+    scheduler."""
+    sched = UsesExecutor(1, data=b"hold")  # its task runs until killed
+    driver = mezzo.SchedulerDriver(
+        sched, FrameworkInfo(name="victim"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
+    driver.start()
+    try:
+        wait_for(
+            lambda: any(s.state == mezzo.TaskState.TASK_RUNNING for s in sched.statuses), 30, "a running task"
+        )
+        fid = driver.framework_id
+        (victim_task,) = cluster.state()["tasks"]
+        attacker = RawPeer(cluster.master, AGENT, tls=cluster.client_tls("intruder"), timeout=10)
+        attacker.send("register_agent", AgentInfo(hostname="evil", port=5051, resources=Resources(cpus=1, mem=64)))
+        (own_id,) = attacker.expect("registered")
+        forged = mezzo.TaskStatus(
+            task_id=victim_task["id"],
+            state=mezzo.TaskState.TASK_FINISHED,
+            framework_id=fid,
+            agent_id=own_id,
+            uuid="forged-1",
+            message="all done (not really)",
+        )
+        attacker.send("status_update", forged)
+        attacker.send("executor_to_framework", own_id, fid, "echo", b"believe me")
+        # The master acknowledges the refused update, so the forger has nothing to resend.
+        assert attacker.expect("status_update_acknowledged") == (fid, victim_task["id"], "forged-1")
+        wait_for(lambda: len(audit_lines(cluster)) >= 2, what="two audit lines")
+        actions = sorted(line.split("action=")[1].split()[0] for line in audit_lines(cluster))
+        assert actions == ["executor_to_framework", "status_update"]
+        attacker.close()
+        state = cluster.state()
+        assert [t["state"] for t in state["tasks"]] == ["TASK_RUNNING"]
+        assert not any(mezzo.is_terminal(s.state) for s in sched.statuses)
+        assert sched.messages == []
+    finally:
+        driver.stop()
+        driver.join()
+
+
 def test_a_process_without_the_executors_token_cannot_register_as_it(cluster) -> None:
     """The probe registered at the agent's port as a task's executor before the real one
     started, and was handed its task. Now the agent gives the process it starts a token

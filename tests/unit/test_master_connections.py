@@ -7,7 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from mezzo import AgentInfo, FrameworkInfo, Resources, TaskState, TaskStatus
+from mezzo import (
+    AgentInfo,
+    CommandInfo,
+    ExecutorInfo,
+    Filters,
+    FrameworkInfo,
+    Resources,
+    TaskInfo,
+    TaskState,
+    TaskStatus,
+)
 from mezzo.config import MasterConfig
 from mezzo.master import Master
 from mezzo.master.ports import ManualClock
@@ -79,6 +89,12 @@ def test_one_connection_may_carry_several_agents(master):
     fw = RecordingConnection("scheduler")
     master.service.register_framework(fw, FrameworkInfo(name="f"))
     ((fid, _),) = fw.called("registered")
+    master.term.allocation.run()
+    offers = {o.agent_id: o for (batch,) in fw.called("resource_offers") for o in batch}
+    executor = ExecutorInfo(executor_id="e1", command=CommandInfo(value="run-executor"), resources=Resources(cpus=0.1))
+    for agent_id, task_id in ((a_id, "t"), (b_id, "t-b")):
+        task = TaskInfo(task_id=task_id, agent_id=agent_id, resources=Resources(cpus=1), executor=executor)
+        master.service.launch_tasks(fw, fid, [offers[agent_id].offer_id], [task], Filters(refuse_seconds=0))
 
     # An agent-side call naming an agent of this connection is accepted ...
     master.service.executor_to_framework(shared, b_id, fid, "e1", b"hi")

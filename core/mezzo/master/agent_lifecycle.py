@@ -414,6 +414,7 @@ class AgentLifecycle:
             short=short,
             total=str(agent.total),
         )
+        agent.refused_tasks.add((task.framework_id, task.id))
         self.state.outbox.agent(agent.conn).kill_task(
             task.framework_id, task.id, KillPolicy(reason=OVERCOMMITTED, message=message)
         )

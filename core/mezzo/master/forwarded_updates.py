@@ -51,6 +51,10 @@ class ForwardedUpdates:
         sent = self._sent.get(uuid)
         return sent is not None and sent[0] is conn and now - sent[1] < RESEND_WINDOW
 
+    def knows(self, uuid: str) -> bool:
+        """True if ``uuid`` was forwarded and not acknowledged since (nor evicted)."""
+        return uuid in self._sent
+
     def note(self, uuid: str, conn: Any, now: float, limit: int) -> None:
         """``uuid`` was forwarded to ``conn`` at ``now``; at most ``max(limit, LIMIT_FLOOR)``
         are kept, the oldest dropped first (each costs O(1))."""

@@ -73,6 +73,7 @@ class AgentRecord:
         "offers",
         "pending_kills",
         "principal",
+        "refused_tasks",
         "registered_at",
         "removal_handle",
         "statistics",
@@ -115,10 +116,14 @@ class AgentRecord:
         self.statistics: list = []
         """The agent's latest container usage report (``container_statistics``)."""
         self.pending_kills: set[tuple[str, str]] = set()
+        """(framework id, task id) of kills asked for while the agent was disconnected."""
+        self.refused_tasks: set[tuple[str, str]] = set()
+        """(framework id, task id) of tasks it reported at re-registration that were not
+        adopted (they did not fit) and that it was told to kill: their end, from this
+        agent, still goes to their framework. As many as its report named, at most."""
         self.principal: str | None = None
         """Who registered it (its connection's TLS certificate); only that principal may
         re-register this agent id. None: registered without one."""
-        """(framework id, task id) of kills asked for while the agent was disconnected."""
         self.registered_at = time.time()
         self.offerable = offerable
         """The master's index of offerable agents by id, or None (a record on its own)."""

@@ -510,8 +510,20 @@ class MasterService:
     ) -> None:
         agent = self._agent_of(conn, "executor_to_framework", agent_id)
         record = self.state.frameworks.get(framework_id)
-        if agent is not None and record is not None and record.conn is not None:
-            self.state.outbox.scheduler(record.conn).framework_message(agent.id, executor_id, data)
+        if agent is None or record is None or record.conn is None:
+            return
+        if (framework_id, executor_id) not in agent.executors:
+            # The scheduler would take it for its executor's word: only the agent that
+            # runs that executor may carry it.
+            refused(
+                "executor_to_framework",
+                agent.principal,
+                f"executor {executor_id} of framework {framework_id}",
+                f"agent {agent.id} does not run it",
+                conn.peer,
+            )
+            return
+        self.state.outbox.scheduler(record.conn).framework_message(agent.id, executor_id, data)
 
     def container_statistics(self, conn: Any, agent_id: str, statistics_json: str) -> None:
         """An agent's latest container usage (see :mod:`mezzo.agent.statistics`), kept for

@@ -179,6 +179,8 @@ class TaskLifecycle:
         fid = status.framework_id
         record = state.frameworks.get(fid)
         task = agent.tasks.get((fid, status.task_id))
+        if task is None and record is not None and not self._may_report(agent, record, status):
+            return
         if task is not None and isinstance(status.state, int):
             task.state = status.state
             task.message = status.message or ""
@@ -204,6 +206,37 @@ class TaskLifecycle:
             self.resends_not_forwarded += 1
             return
         state.tell_status(record, status)
+
+    def _may_report(self, agent: AgentRecord, record: FrameworkRecord, status: TaskStatus) -> bool:
+        """Whether ``agent`` may report on a task of ``record`` that it does not hold here.
+
+        Yes for the resend of an update this master forwarded or holds (the task ended
+        and was released; the scheduler's acknowledgement is not back yet: its uuid is
+        random, so only the agent that sent it knows it) and for the end of a task its
+        re-registration reported but that was not adopted (:attr:`AgentRecord.refused_tasks`).
+        Anything else is refused, logged for the audit, and acknowledged to the agent
+        (so that it stops re-sending): the framework's scheduler would believe it,
+        and no agent reports on another's tasks (the finding of issue 15)."""
+        key = (record.id, status.task_id)
+        uuid = status.uuid
+        if uuid and (record.forwarded.knows(uuid) or uuid in record.held_updates):
+            return True
+        if key in agent.refused_tasks:
+            if is_terminal(status.state):
+                agent.refused_tasks.discard(key)
+            return True
+        held = record.tasks.get(status.task_id)
+        where = f"agent {held.agent_id}" if held is not None else "no agent (unknown or ended)"
+        refused(
+            "status_update",
+            agent.principal,
+            f"task {status.task_id} of framework {record.id}",
+            f"agent {agent.id} does not hold it; it is on {where}",
+            getattr(agent.conn, "peer", "?"),
+        )
+        if uuid and agent.conn is not None:
+            self.state.outbox.agent(agent.conn).status_update_acknowledged(record.id, status.task_id, uuid)
+        return False
 
     def acknowledge(self, record: FrameworkRecord, agent_id: str, task_id: str, uuid: str) -> None:
         """The scheduler acknowledged an update: the agent that sent it may forget it."""
