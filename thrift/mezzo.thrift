@@ -245,6 +245,12 @@ service Master {
   oneway void request_state(1: i64 request_id),
   /** Counters only (messages, cycles, CPU, memory): cheap at any cluster size. */
   oneway void request_metrics(1: i64 request_id),
+  /**
+   * An operator ends a framework (mezzo teardown): its tasks are killed and its id
+   * refused from then on. Answered Tool.done, or Tool.error (unknown framework, or
+   * the teardown_frameworks ACL).
+   */
+  oneway void teardown_framework(1: i64 request_id, 2: string framework_id),
 }
 
 /** Calls a scheduler driver receives from the master. */
@@ -331,6 +337,8 @@ service Tool {
   oneway void metrics(1: i64 request_id, 2: string metrics_json),
   /** An agent's answer to Agent.request_statistics (JSON, as Master.container_statistics). */
   oneway void statistics(1: i64 request_id, 2: string statistics_json),
-  /** The request was refused (the master's ACLs); message says who may not see what. */
+  /** The request was refused (the master's ACLs, an unknown id); message says why. */
   oneway void error(1: i64 request_id, 2: string message),
+  /** The request (teardown_framework) was carried out; message says what was done. */
+  oneway void done(1: i64 request_id, 2: string message),
 }

@@ -1,10 +1,12 @@
-"""Asking a master for its state or metrics: what ``mezzo state`` and the tests use.
+"""Asking a master for its state or metrics, or to tear a framework down: what ``mezzo state``,
+``mezzo teardown`` and the tests use.
 
 state = fetch_state("127.0.0.1:5050")          # a dict; blocking
 state = fetch_state("zk://127.0.0.1:2181/mezzo")   # asks the leading master
 state = await fetch_state_async("127.0.0.1:5050")
 counters = fetch_metrics("127.0.0.1:5050")     # cheap at any cluster size
 usage = fetch_agent_statistics("127.0.0.1:5051")   # an agent's containers, measured now
+teardown_framework("127.0.0.1:5050", framework_id)  # end a framework (an operator's call)
 
 Each takes ``tls`` (a ``[tls]`` table); without it the ``[tls]`` of
 ``$MEZZO_CONFIG`` applies, if that is set (:func:`mezzo.rpc.tls.client_tls_for`).
@@ -51,6 +53,7 @@ class _Waiter:
 
     metrics = state  # the answers to request_metrics and request_statistics have the same shape
     statistics = state
+    done = state  # teardown_framework's: a sentence, not JSON
 
     def error(self, conn: Any, request_id: int, message: str) -> None:
         if request_id == self.request_id and not self.future.done():
@@ -75,7 +78,9 @@ async def fetch_metrics_async(
     return await _ask(master, "request_metrics", timeout, tls)
 
 
-async def _ask(master: str, call: str, timeout: float, tls: TlsConfig | None) -> dict[str, Any]:
+async def _ask(
+    master: str, call: str, timeout: float, tls: TlsConfig | None, *args: Any, parse: bool = True
+) -> Any:
     try:
         target = peer_address(master, 5050, connect_timeout=timeout)
     except ValueError as exc:
@@ -91,7 +96,23 @@ async def _ask(master: str, call: str, timeout: float, tls: TlsConfig | None) ->
         target.close()
     if address is None:
         raise MasterUnreachable(f"no master leads {master}")
-    return await _request("master", address, MASTER, call, timeout, tls)
+    return await _request("master", address, MASTER, call, timeout, tls, *args, parse=parse)
+
+
+async def teardown_framework_async(
+    master: str, framework_id: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> str:
+    """End ``framework_id`` at the leading master (the ``teardown_frameworks`` ACL must
+    allow the caller); returns what the master did. Raises :class:`NotAllowed` when refused
+    or when no such framework is registered."""
+    return await _ask(master, "teardown_framework", timeout, tls, framework_id, parse=False)
+
+
+def teardown_framework(
+    master: str, framework_id: str, timeout: float = 10.0, tls: TlsConfig | None = None
+) -> str:
+    """Blocking :func:`teardown_framework_async`."""
+    return asyncio.run(teardown_framework_async(master, framework_id, timeout, tls))
 
 
 async def fetch_agent_statistics_async(
@@ -106,9 +127,17 @@ async def fetch_agent_statistics_async(
 
 
 async def _request(
-    who: str, address: tuple[str, int], service: Any, call: str, timeout: float, tls: TlsConfig | None
+    who: str,
+    address: tuple[str, int],
+    service: Any,
+    call: str,
+    timeout: float,
+    tls: TlsConfig | None,
+    *args: Any,
+    parse: bool = True,
 ) -> Any:
-    """Dial ``address``, make ``call(request_id)`` of ``service``, return the parsed answer."""
+    """Dial ``address``, make ``call(request_id, *args)`` of ``service``, return the answer
+    (parsed as JSON unless ``parse`` is false)."""
     host, port = address
     client = client_tls_for(tls)
     loop = asyncio.get_running_loop()
@@ -120,7 +149,7 @@ async def _request(
     except (TimeoutError, OSError) as exc:
         raise MasterUnreachable(f"cannot reach the {who} at {host}:{port}: {exc or 'timeout'}") from None
     try:
-        getattr(conn.remote(service), call)(waiter.request_id)
+        getattr(conn.remote(service), call)(waiter.request_id, *args)
         text = await asyncio.wait_for(waiter.future, timeout)
     except TimeoutError:
         raise MasterUnreachable(f"the {who} at {host}:{port} did not answer within {timeout:g} s") from None
@@ -130,7 +159,7 @@ async def _request(
         raise
     finally:
         conn.close()
-    return json.loads(text)
+    return json.loads(text) if parse else text
 
 
 def fetch_agent_statistics(

@@ -86,6 +86,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "container_statistics": ("ag-3", '[{"container_id": "c1", "statistics": {"cpu_seconds": 1.5}}]'),
         "request_state": (-1,),
         "request_metrics": (7,),
+        "teardown_framework": (97, "fw-7"),
     },
     "Scheduler": {
         "registered": ("fw-7", "127.0.0.1:5050"),
@@ -133,6 +134,7 @@ SAMPLES: dict[str, dict[str, tuple]] = {
         "metrics": (98, '{"messages_received": 12}'),
         "statistics": (97, '[]'),
         "error": (96, "request_state: principal x may not view the cluster"),
+        "done": (95, "framework fw-7 torn down; 2 task(s) killed"),
     },
 }
 

@@ -164,6 +164,14 @@ def state(args: argparse.Namespace) -> int:
     return 0
 
 
+def teardown(args: argparse.Namespace) -> int:
+    cfg = _load(args, {"agent.master": args.master})
+    from ..state_client import teardown_framework
+
+    print(teardown_framework(cfg.agent.master, args.framework_id, args.timeout, cfg.tls))
+    return 0
+
+
 def plugins(args: argparse.Namespace) -> int:
     _load(args, {})
     rows = load_plugins().describe()

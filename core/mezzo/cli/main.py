@@ -1,5 +1,5 @@
-"""The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``plugins``,
-``certs``.
+"""The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``teardown``,
+``plugins``, ``certs``.
 
 Flags mean the same in every command (``--config``, ``--master``, ``--listen``,
 ...); a flag overrides the same key of the TOML file (``--config`` or
@@ -168,6 +168,27 @@ def build_parser() -> argparse.ArgumentParser:
         "which cost the master next to nothing at any cluster size",
     )
     p.set_defaults(func=commands.state)
+
+    p = sub.add_parser(
+        "teardown",
+        help="end a framework: kill its tasks, refuse its id from then on",
+        epilog=EPILOG,
+        description="End a framework as if its scheduler had unregistered it: its tasks are killed, "
+        "its scheduler hears an error, and its id is refused from then on. The master's "
+        "teardown_frameworks ACL decides who may.",
+    )
+    _common(p)
+    p.add_argument("framework_id", metavar="FRAMEWORK_ID", help="the framework's id (see mezzo state)")
+    p.add_argument(
+        "--master",
+        metavar="HOST:PORT|zk://HOST:PORT/PATH",
+        default=None,
+        help="master, or the ZooKeeper its masters elect through: asks the leader (default 127.0.0.1:5050)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)"
+    )
+    p.set_defaults(func=commands.teardown)
 
     p = sub.add_parser(
         "plugins",

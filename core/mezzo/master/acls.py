@@ -51,7 +51,6 @@ refused with an error and write the audit line (:mod:`.audit`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +58,9 @@ from typing import Any
 from ..errors import ConfigError
 
 ANY = "*"
-"""In a rule's ``principals`` or object list: matches every one (a principal: also a
-caller without a certificate)."""
+"""In place of a rule's ``principals`` or object list: matches every one (a principal:
+also a caller without a certificate). Inside a list it is a plain name (the default
+role's)."""
 
 ACTIONS: dict[str, str | None] = {
     "register_frameworks": "roles",
@@ -218,8 +218,8 @@ def _names_of(value: Any, dotted: str) -> frozenset[str] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(dotted, f'expected "*" or a list of non-empty names, got {value!r}')
-    if ANY in value:
-        raise ConfigError(dotted, f'"*" stands alone ({dotted} = "*"), not inside a list')
+    # Inside a list "*" is a name like any other: the default role is called "*", so
+    # roles = ["*"] means that role only, while roles = "*" means every role.
     return frozenset(value)
 
 
@@ -248,9 +248,21 @@ def to_toml(table: Mapping[str, Any], key: str = "master.acls") -> str:
     for name, value in table.items():
         if isinstance(value, list):
             rules = ", ".join(
-                "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in rule.items()) + " }" for rule in value
+                "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in rule.items()) + " }" for rule in value
             )
             lines.append(f"{name} = [{rules}]")
         else:
-            lines.append(f"{name} = {json.dumps(value)}")
+            lines.append(f"{name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    """A bool, a string or a list of strings as TOML: strings as basic strings with
+    quotes, backslashes and control characters escaped (TOML allows no raw control
+    character but tab, and no surrogate escapes, which ``json.dumps`` would write)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text) + '"'

@@ -640,6 +640,44 @@ class MasterService:
             return
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
 
+    def teardown_framework(self, conn: Any, request_id: int, framework_id: str) -> None:
+        """An operator ends a framework: as if its scheduler had unregistered it (tasks
+        killed, id refused from now on), and its scheduler hears ``error``. Only a
+        principal the ``teardown_frameworks`` ACL allows for the framework's principal."""
+        tool = conn.remote(TOOL)
+        record = self.state.frameworks.get(framework_id) if isinstance(framework_id, str) else None
+        if record is None:
+            tool.error(request_id, f"teardown_framework: no framework {framework_id!r} is registered")
+            return
+        principal = principal_of(conn)
+        who = principal or "a caller without a certificate"
+        if not self.acls.allows("teardown_frameworks", principal, record.principal):
+            owner = record.principal or "a caller without a certificate"
+            refused(
+                "teardown_framework",
+                principal,
+                f"framework {framework_id}",
+                f"registered by {owner}",
+                conn.peer,
+            )
+            tool.error(
+                request_id,
+                f"teardown_framework: principal {who} may not tear down framework {framework_id} "
+                f"(registered by {owner}) (master.acls.teardown_frameworks)",
+            )
+            return
+        tasks = len(record.tasks)
+        scheduler = record.conn
+        reason = f"torn down by {who}"
+        if scheduler is not None:
+            scheduler.remote(SCHEDULER).error(f"framework {framework_id} was {reason}")
+            scheduler.tag = None
+        self.frameworks.remove(record, reason)
+        if scheduler is not None:
+            scheduler.close()
+        log.warning("framework torn down", framework=framework_id, principal=principal, tasks_killed=tasks)
+        tool.done(request_id, f"framework {framework_id} torn down; {tasks} task(s) killed")
+
     def _refuse_tool(
         self, conn: Any, request_id: int, call: str, principal: str | None, actions: str
     ) -> None:

@@ -225,6 +225,19 @@ class Iface(object):
         """
         pass
 
+    def teardown_framework(self, request_id, framework_id):
+        """
+        An operator ends a framework (mezzo teardown): its tasks are killed and its id
+        refused from then on. Answered Tool.done, or Tool.error (unknown framework, or
+        the teardown_frameworks ACL).
+
+        Parameters:
+         - request_id
+         - framework_id
+
+        """
+        pass
+
 
 class Client(Iface):
     """
@@ -624,6 +637,28 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def teardown_framework(self, request_id, framework_id):
+        """
+        An operator ends a framework (mezzo teardown): its tasks are killed and its id
+        refused from then on. Answered Tool.done, or Tool.error (unknown framework, or
+        the teardown_frameworks ACL).
+
+        Parameters:
+         - request_id
+         - framework_id
+
+        """
+        self.send_teardown_framework(request_id, framework_id)
+
+    def send_teardown_framework(self, request_id, framework_id):
+        self._oprot.writeMessageBegin('teardown_framework', TMessageType.ONEWAY, self._seqid)
+        args = teardown_framework_args()
+        args.request_id = request_id
+        args.framework_id = framework_id
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -649,6 +684,7 @@ class Processor(Iface, TProcessor):
         self._processMap["container_statistics"] = Processor.process_container_statistics
         self._processMap["request_state"] = Processor.process_request_state
         self._processMap["request_metrics"] = Processor.process_request_metrics
+        self._processMap["teardown_framework"] = Processor.process_teardown_framework
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -886,6 +922,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.request_metrics(args.request_id)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_teardown_framework(self, seqid, iprot, oprot):
+        args = teardown_framework_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.teardown_framework(args.request_id, args.framework_id)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -2750,6 +2797,92 @@ all_structs.append(request_metrics_args)
 request_metrics_args.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'request_id', None, None, ),  # 1
+)
+
+
+class teardown_framework_args(object):
+    """
+    Attributes:
+     - request_id
+     - framework_id
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'framework_id',
+    )
+
+
+    def __init__(self, request_id=None, framework_id=None,):
+        self.request_id = request_id
+        self.framework_id = framework_id
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.framework_id = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('teardown_framework_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.framework_id is not None:
+            oprot.writeFieldBegin('framework_id', TType.STRING, 2)
+            oprot.writeString(self.framework_id.encode('utf-8') if sys.version_info[0] == 2 else self.framework_id)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(teardown_framework_args)
+teardown_framework_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.STRING, 'framework_id', 'UTF8', None, ),  # 2
 )
 fix_spec(all_structs)
 del all_structs

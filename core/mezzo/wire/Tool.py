@@ -55,7 +55,18 @@ class Iface(object):
 
     def error(self, request_id, message):
         """
-        The request was refused (the master's ACLs); message says who may not see what.
+        The request was refused (the master's ACLs, an unknown id); message says why.
+
+        Parameters:
+         - request_id
+         - message
+
+        """
+        pass
+
+    def done(self, request_id, message):
+        """
+        The request (teardown_framework) was carried out; message says what was done.
 
         Parameters:
          - request_id
@@ -134,7 +145,7 @@ class Client(Iface):
 
     def error(self, request_id, message):
         """
-        The request was refused (the master's ACLs); message says who may not see what.
+        The request was refused (the master's ACLs, an unknown id); message says why.
 
         Parameters:
          - request_id
@@ -152,6 +163,26 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def done(self, request_id, message):
+        """
+        The request (teardown_framework) was carried out; message says what was done.
+
+        Parameters:
+         - request_id
+         - message
+
+        """
+        self.send_done(request_id, message)
+
+    def send_done(self, request_id, message):
+        self._oprot.writeMessageBegin('done', TMessageType.ONEWAY, self._seqid)
+        args = done_args()
+        args.request_id = request_id
+        args.message = message
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -161,6 +192,7 @@ class Processor(Iface, TProcessor):
         self._processMap["metrics"] = Processor.process_metrics
         self._processMap["statistics"] = Processor.process_statistics
         self._processMap["error"] = Processor.process_error
+        self._processMap["done"] = Processor.process_done
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -222,6 +254,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.error(args.request_id, args.message)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_done(self, seqid, iprot, oprot):
+        args = done_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.done(args.request_id, args.message)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -568,6 +611,92 @@ class error_args(object):
         return not (self == other)
 all_structs.append(error_args)
 error_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
+)
+
+
+class done_args(object):
+    """
+    Attributes:
+     - request_id
+     - message
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'message',
+    )
+
+
+    def __init__(self, request_id=None, message=None,):
+        self.request_id = request_id
+        self.message = message
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.message = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('done_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.message is not None:
+            oprot.writeFieldBegin('message', TType.STRING, 2)
+            oprot.writeString(self.message.encode('utf-8') if sys.version_info[0] == 2 else self.message)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(done_args)
+done_args.thrift_spec = (
     None,  # 0
     (1, TType.I64, 'request_id', None, None, ),  # 1
     (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
