@@ -54,7 +54,7 @@ def test_sigkilled_agent_restarts_with_its_tasks(make_cluster, drivers, tmp_path
     cluster.kill("agent-1", signal.SIGKILL)
     wait_for(lambda: not cluster.state()["agents"][0]["connected"], 10, "the master to see the agent go")
     (tmp_path / "go-early").touch()
-    wait_for(lambda: list(work.glob("frameworks/*/executors/early/runs/*/.mezzo-exit")), 10,
+    wait_for(lambda: list(work.glob("frameworks/*/executors/early/runs/*.mezzo-exit")), 10,
              "the early task to end while the agent is down")
     assert rec.final("early") is None  # nobody could report it yet
 

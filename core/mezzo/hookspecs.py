@@ -447,13 +447,29 @@ class RevocationPolicy(Component):
         """
 
 
+@dataclass(frozen=True)
+class RunAs:
+    """A unix user a container's command runs as, as the agent looked it up on its host."""
+
+    name: str
+    uid: int
+    gid: int
+    """The user's primary group."""
+    groups: tuple[int, ...]
+    """Supplementary groups (the primary one included)."""
+    home: str
+
+
 @dataclass
 class ContainerLaunch:
     """How a container's first process is started; isolators adjust it in ``prepare``.
 
     ``preexec`` functions run in the child between fork and exec, in order (join a
     cgroup, enter a namespace). ``wrapper`` is prepended to ``argv`` (e.g.
-    ``lxc-execute ... --``).
+    ``lxc-execute ... --``). ``user``: the user the command runs as (set by an agent
+    running as root with ``agent.switch_user``; None: the agent's own). The switch comes
+    last: ``preexec`` functions and the wrapper run as the agent (root), and only the
+    command itself as ``user``.
     """
 
     argv: list[str]
@@ -461,6 +477,7 @@ class ContainerLaunch:
     cwd: str
     preexec: list[Callable[[], None]] = field(default_factory=list)
     wrapper: list[str] = field(default_factory=list)
+    user: RunAs | None = None
 
 
 @dataclass

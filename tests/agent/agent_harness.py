@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,13 @@ from mezzo.testing import wait_for_async
 from mezzo.wire.ttypes import CommandInfo, ExecutorInfo, FrameworkInfo, TaskInfo, TaskStatus
 
 FRAMEWORK = FrameworkInfo(name="test-framework", framework_id="fw-1")
+"""No user: an agent run as root runs its command tasks as ``nobody``."""
 TIMEOUT = 10.0
+PYTHON_USER = "root" if os.geteuid() == 0 else ""
+"""Who runs the executors these tests start with this interpreter: root, since it may live
+where only root may run it (a pyenv under /root); "" (the framework's, nobody) where the
+agent does not run as root and switches no users. tests/agent/test_switch_user.py runs an
+executor as another user."""
 
 
 def run(coro, timeout: float = 30.0) -> Any:
@@ -182,7 +189,8 @@ def executor_task(task_id: str, script: Path, mode: str = "", executor_id: str =
         resources=mezzo.Resources(cpus=0.1, mem=16),
         executor=ExecutorInfo(
             executor_id=executor_id,
-            command=CommandInfo(value=sys.executable, arguments=["-u", str(script)], shell=False),
+            command=CommandInfo(value=sys.executable, arguments=["-u", str(script)], shell=False,
+                                user=PYTHON_USER),
             resources=mezzo.Resources(cpus=0.1, mem=32),
             framework_id=FRAMEWORK.framework_id,
         ),
@@ -202,7 +210,7 @@ def pid_alive(pid: int) -> bool:
 
 def sandbox_of(agent: Agent, framework_id: str, executor_id: str) -> Path:
     runs = Path(agent.config.work_dir, "frameworks", framework_id, "executors", executor_id, "runs")
-    dirs = sorted(runs.iterdir())
+    dirs = sorted(p for p in runs.iterdir() if p.is_dir())  # beside each: its <id>.mezzo-exit
     assert len(dirs) == 1, dirs
     return dirs[0]
 

@@ -17,6 +17,7 @@ import mezzo
 import pytest
 from agent_harness import (
     FRAMEWORK,
+    PYTHON_USER,
     ScriptedMaster,
     agent_config,
     command_task,
@@ -29,6 +30,7 @@ from agent_harness import (
 from mezzo.agent import Agent, checkpoint, posix
 from mezzo.agent.checkpoint import Checkpoint
 from mezzo.agent.containerizer import EXIT_FILE, exit_wrapped
+from mezzo.agent.exit_wrapper import exit_file_for
 from mezzo.agent.sandbox import Sandbox
 from mezzo.errors import ConfigError
 from mezzo.plugins import load_plugins
@@ -92,14 +94,16 @@ def _hold_task(task_id: str) -> TaskInfo:
         resources=mezzo.Resources(cpus=0.1, mem=16),
         executor=ExecutorInfo(
             executor_id="hold", framework_id=FRAMEWORK.framework_id,
-            command=CommandInfo(value=sys.executable, arguments=[str(HOLD_EXECUTOR)], shell=False),
+            command=CommandInfo(value=sys.executable, arguments=[str(HOLD_EXECUTOR)], shell=False,
+                                user=PYTHON_USER),
             resources=mezzo.Resources(cpus=0.1, mem=32),
         ),
     )
 
 
 def _sandbox(work: Path, executor_id: str) -> Path:
-    (box,) = (work / "frameworks" / FRAMEWORK.framework_id / "executors" / executor_id / "runs").iterdir()
+    runs = work / "frameworks" / FRAMEWORK.framework_id / "executors" / executor_id / "runs"
+    (box,) = (p for p in runs.iterdir() if p.is_dir())  # beside it: its <id>.mezzo-exit
     return box
 
 
@@ -127,7 +131,7 @@ def test_sigkilled_agent_takes_back_its_command_task_and_executor(tmp_path):
             master.agent.run_task(FRAMEWORK, command_task(
                 "wait", "echo $$ >> pids; while [ ! -e go ]; do sleep 0.05; done; echo done"))
             master.agent.run_task(FRAMEWORK, command_task(
-                "early", f"while [ ! -e {tmp_path}/go-early ]; do sleep 0.05; done; exit 3"))
+                "early", "while [ ! -e go-early ]; do sleep 0.05; done; exit 3"))
             master.agent.run_task(FRAMEWORK, _hold_task("exec"))
             for tid in ("wait", "early", "exec"):
                 await _wait_proc(lambda t=tid: "TASK_RUNNING" in master.states(t), agent, f"{tid} to run")
@@ -142,8 +146,8 @@ def test_sigkilled_agent_takes_back_its_command_task_and_executor(tmp_path):
                              "the master to see the agent go")
             # While the agent is down: "early" ends (its exit status goes to its exit file),
             # the others keep running.
-            (tmp_path / "go-early").touch()
-            await wait_until(lambda: (early_box / ".mezzo-exit").exists(), 10, "early to end")
+            (early_box / "go-early").touch()
+            await wait_until(lambda: Path(exit_file_for(str(early_box))).exists(), 10, "early to end")
             assert pid_alive(pid) and pid_alive(executor_pid)
             before = len(master.calls)
 

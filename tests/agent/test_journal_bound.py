@@ -290,12 +290,12 @@ def test_an_agent_restarted_after_compactions_takes_back_its_live_tasks(tmp_path
         agent = AgentProcess(toml, tmp_path / "agent.log")
         agent.start()
         journal = work / "meta" / "journal"
-        go = tmp_path / "go"
         live = ("w1", "w2", "w3")
         try:
             await wait_until(lambda: master.called("register_agent"), 20, "the agent to register")
             for tid in live:
-                task = _data_task(tid, 4 * KIB, f"while [ ! -e {go} ]; do sleep 0.05; done; echo {tid}")
+                # Waits for "go" in its sandbox (where its user, nobody, can see it).
+                task = _data_task(tid, 4 * KIB, f"while [ ! -e go ]; do sleep 0.05; done; echo {tid}")
                 master.agent.run_task(FRAMEWORK, task)
             for tid in live:
                 await wait_until(lambda t=tid: "TASK_RUNNING" in master.states(t), 20, f"{tid} to run")
@@ -322,7 +322,9 @@ def test_an_agent_restarted_after_compactions_takes_back_its_live_tasks(tmp_path
                 live, "TASK_RUNNING"
             )
             assert all(r.task.data == b"d" * 4 * KIB for r in tasks)
-            go.touch()
+            for tid in live:
+                (box,) = (p for p in work.glob(f"frameworks/fw-1/executors/{tid}/runs/*") if p.is_dir())
+                (box / "go").touch()
             for tid in live:
                 final = await wait_until(lambda t=tid: master.final(t), 20, f"{tid} to finish")
                 assert name(final.state) == "TASK_FINISHED" and final.data == f"{tid}\n".encode(), final

@@ -59,7 +59,14 @@ def _private_dir(path: Path, mode: int = 0o700) -> Path:
 # -- creation -------------------------------------------------------------------------
 
 
-def test_a_fresh_work_dir_is_created_0700_with_its_parents_and_sandboxes_0750(tmp_path):
+@pytest.mark.parametrize(
+    "switch_user",
+    [False, pytest.param(True, marks=pytest.mark.skipif(os.geteuid() != 0, reason="only root switches users"))],
+)
+def test_a_fresh_work_dir_is_created_0700_with_its_parents_and_sandboxes_0750(tmp_path, switch_user):
+    """Tasks running as the agent's user: everything private. Tasks running as their
+    users (``agent.switch_user``, the agent root): the work dir and the directories down to
+    the sandboxes 0711 (passable, not listable), the sandbox the task user's, 0750."""
     work = tmp_path / "new" / "parent" / "work"
 
     async def main():
@@ -67,7 +74,8 @@ def test_a_fresh_work_dir_is_created_0700_with_its_parents_and_sandboxes_0750(tm
         # The modes are set, not left to the umask: even a strict one keeps sandboxes 0750.
         umask = os.umask(0o077)
         try:
-            async with running_agent(agent_config(tmp_path, master.address, work_dir=str(work))):
+            config = agent_config(tmp_path, master.address, work_dir=str(work), switch_user=switch_user)
+            async with running_agent(config):
                 master.agent.run_task(FRAMEWORK, command_task("t1", "echo hi"))
                 final = await master.wait_final("t1")
         finally:
@@ -77,11 +85,15 @@ def test_a_fresh_work_dir_is_created_0700_with_its_parents_and_sandboxes_0750(tm
 
     final = run(main())
     assert name(final.state) == "TASK_FINISHED", final
-    for created in (tmp_path / "new", tmp_path / "new" / "parent", work, work / "meta"):
+    for created in (tmp_path / "new", tmp_path / "new" / "parent", work / "meta"):
         assert _mode(created) == 0o700, created
-    (box,) = work.glob("frameworks/fw-1/executors/t1/runs/*")
-    for level in (box, *list(box.parents)[:5]):  # runs/<container>, up to frameworks/
-        assert _mode(level) == 0o750, level
+    assert _mode(work) == (0o711 if switch_user else 0o700)
+    (box,) = (p for p in work.glob("frameworks/fw-1/executors/t1/runs/*") if p.is_dir())
+    assert _mode(box) == 0o750
+    assert box.stat().st_uid == (NOBODY if switch_user else os.geteuid())
+    for level in list(box.parents)[:5]:  # runs, up to frameworks/
+        assert _mode(level) == (0o711 if switch_user else 0o750), level
+        assert level.stat().st_uid == os.geteuid()
     assert (box / "stdout").read_text() == "hi\n"
 
 
@@ -131,7 +143,7 @@ def test_a_work_dir_under_a_world_writable_directory_is_refused_unless_sticky(tm
         await master.close()
 
     run(main())
-    assert _mode(shared / "work") == 0o700
+    assert _mode(shared / "work") == (0o711 if os.geteuid() == 0 else 0o700)  # root: tasks pass through
 
 
 def test_a_symlinked_work_dir_is_refused(tmp_path):

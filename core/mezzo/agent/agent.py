@@ -49,6 +49,14 @@ What it does, by the message flows of ``docs/protocol.md``:
   whoever could write the journal could make a restarted agent kill any process. Sandboxes
   are created 0750, never through a symlink. On recovery a journaled process is adopted or
   killed only if it can be tied to a container the agent started (:mod:`.provenance`).
+- Users (``agent.switch_user``, on by default; :mod:`.users`). An agent running as root
+  runs each command task and executor as its unix user (:func:`mezzo.task_user.task_user`:
+  the command's, else the framework's, else ``nobody``), in a sandbox given to that user;
+  the work dir and the directories down to the sandboxes are then 0711, so a task's user
+  reaches its own sandbox and lists none. A user the host does not have fails the task
+  (reason ``user_unknown``). Not root, or switch_user off: everything runs as the agent's
+  user (said once, as a warning, at start when switch_user is on). A task for an executor
+  already running as another user is refused (TASK_ERROR, ``executor_user_mismatch``).
 
 Error handling: a call that makes no sense (unknown task, duplicate task id, a
 master-only call from an executor's connection, ...) is logged with who it is
@@ -79,6 +87,7 @@ from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, ConnectionLimiter, Listener, client_tls, parse_address, serve, server_tls
 from ..services import AGENT, EXECUTOR, MASTER
+from ..task_user import task_user
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
 from . import posix
 from .checkpoint import Checkpoint, CheckpointState, WorkDirBusy
@@ -99,7 +108,8 @@ from .sandbox import InvalidId, Sandbox, check_id
 from .service import AgentService
 from .statistics import StatisticsReporter
 from .status_updates import StatusUpdateManager, StreamKey
-from .work_dir import UnsafePath, prepare_work_dir
+from .users import find_setpriv, switches_users
+from .work_dir import UnsafePath, prepare_work_dir, untraversable_ancestor
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
@@ -157,6 +167,15 @@ class Agent:
             peer_address(config.master, DEFAULT_MASTER_PORT)
         except ValueError as exc:
             raise ConfigError("agent.master", str(exc)) from None
+        self.switches_users = switches_users(config.switch_user)
+        """Tasks and executors run as their unix users (``agent.switch_user``, and the agent
+        is root); otherwise as the agent's own user."""
+        if self.switches_users and find_setpriv() is None:
+            raise ConfigError(
+                "agent.switch_user",
+                "running tasks as their users needs setpriv (util-linux), which is not installed: "
+                "install it, or set agent.switch_user = false to run every task as root",
+            )
         self.plugin_guard: PluginGuard = self.plugins.guard
         """This daemon's one boundary for calls into plugins (:mod:`mezzo.plugin_guard`):
         counts and logs the failures of isolator calls (see :attr:`plugin_failures`)."""
@@ -216,6 +235,7 @@ class Agent:
         """Bind, then keep registering with the master in the background."""
         config = self.config
         self._prepare_work_dir()
+        self._say_who_tasks_run_as()
         self.resources = agent_resources(config.resources, config.work_dir)
         try:
             self.checkpoint.lock()
@@ -262,7 +282,7 @@ class Agent:
         that journal and signals the processes it names."""
         work_dir = self.config.work_dir
         try:
-            prepare_work_dir(work_dir)
+            prepare_work_dir(work_dir, shared=self.switches_users)
             self.checkpoint.check_files()
         except UnsafePath as exc:
             raise ConfigError("agent.work_dir", str(exc)) from None
@@ -270,6 +290,26 @@ class Agent:
             raise ConfigError(
                 "agent.work_dir", f"cannot create {work_dir!r}: {exc.strerror or exc}"
             ) from None
+
+    def _say_who_tasks_run_as(self) -> None:
+        """Warn, once at start, where tasks will not run as the users they name, or will not
+        reach their sandboxes by path."""
+        if self.config.switch_user and not self.switches_users:
+            self.log.warning(
+                "agent.switch_user is on but the agent does not run as root: every task and "
+                "executor runs as the agent's own user",
+                uid=os.geteuid(),
+            )
+        elif self.switches_users:
+            blocked = untraversable_ancestor(self.config.work_dir)
+            if blocked is not None:
+                self.log.warning(
+                    "tasks run as their users, who cannot pass through a directory above the work "
+                    "dir: they start in their sandbox, but its path ($MEZZO_SANDBOX) does not resolve "
+                    "for them; chmod o+x it or pick another agent.work_dir",
+                    directory=blocked,
+                    work_dir=self.config.work_dir,
+                )
 
     async def _bind(self, host: str, port: int, recovered_port: int) -> Listener:
         max_frame, limiter = self.config.max_frame_bytes, self._limiter
@@ -694,6 +734,18 @@ class Agent:
                     TaskState.TASK_DROPPED,
                     "executor_terminating",
                     f"executor {task.executor.executor_id!r} is shutting down",
+                )
+                return
+            if run is not None and self.switches_users and task_user(framework, task) != run.user_name:
+                # The master checked the task's user against its ACLs; the executor would run
+                # it as another one.
+                self._reject(
+                    fid,
+                    tid,
+                    TaskState.TASK_ERROR,
+                    "executor_user_mismatch",
+                    f"executor {task.executor.executor_id!r} runs as user {run.user_name!r}, "
+                    f"not as {task_user(framework, task)!r}, the task's user",
                 )
                 return
         # Bounded by agent.max_journal_bytes: refused rather than growing the journal

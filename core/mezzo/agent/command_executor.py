@@ -15,9 +15,12 @@ and reports the task's life::
 
 The command runs as ``/bin/sh -c <value>`` when ``CommandInfo.shell`` (the
 default), else as ``[value, *arguments]``, in its sandbox, with the agent's
-environment plus ``CommandInfo.environment``, ``MEZZO_TASK_ID``,
-``MEZZO_FRAMEWORK_ID`` and ``MEZZO_SANDBOX``; its stdout and stderr go to files
-in the sandbox.
+environment allowlist (``agent.inherited_environment``) plus ``CommandInfo.environment``,
+``MEZZO_TASK_ID``, ``MEZZO_FRAMEWORK_ID`` and ``MEZZO_SANDBOX``; its stdout and stderr go
+to files in the sandbox. An agent that switches users runs it as the task's user
+(:func:`mezzo.task_user.task_user`; see :mod:`.container_run`); a user this host does not
+have fails the task (TASK_FAILED, reason ``user_unknown``, the message naming the user and
+the agent).
 
 The terminal update carries the tail of the task's stdout (at most
 :data:`OUTPUT_TAIL_BYTES`) in ``TaskStatus.data``, which is how ``mezzo run``
@@ -47,18 +50,18 @@ how it ended.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING
 
 from .. import is_terminal
 from ..hookspecs import ContainerLaunch, Limitation
 from ..resources import Resources
+from ..task_user import task_user
 from ..wire.ttypes import FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from . import checkpoint
 from .container_run import ContainerRun, command_argv, command_env
 from .posix import describe_exit
 from .sandbox import Sandbox
-from .work_dir import open_no_follow
+from .work_dir import read_tail
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -78,6 +81,7 @@ class CommandTask(ContainerRun):
 
     def __init__(self, agent: Agent, framework: FrameworkInfo, task: TaskInfo) -> None:
         super().__init__(agent, framework.framework_id, task.task_id, {"task": task.task_id})
+        self.framework = framework
         self.task = task
         self.task_id = task.task_id
         self._running_reported = False
@@ -112,6 +116,10 @@ class CommandTask(ContainerRun):
     def end_reported(self) -> bool:
         return self._terminal_sent
 
+    @property
+    def user_name(self) -> str:
+        return task_user(self.framework, self.task)
+
     def _container_resources(self) -> Resources:
         return Resources.of(self.task.resources)
 
@@ -130,8 +138,10 @@ class CommandTask(ContainerRun):
                     "MEZZO_SANDBOX": sandbox.path,
                 },
                 self.agent.config.inherited_environment,
+                self.user,
             ),
             cwd=sandbox.path,
+            user=self.run_as,
         )
 
     def _launched(self) -> None:
@@ -230,14 +240,9 @@ class CommandTask(ContainerRun):
             )
 
     def _output_tail(self) -> bytes | None:
+        """The end of its stdout, a file of the sandbox's user (:func:`~.work_dir.read_tail`)."""
         assert self.sandbox is not None
-        try:
-            with os.fdopen(open_no_follow(self.sandbox.stdout), "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - OUTPUT_TAIL_BYTES))
-                return f.read() or None
-        except OSError:
-            return None
+        return read_tail(self.sandbox.stdout, OUTPUT_TAIL_BYTES, self.sandbox.uid) or None
 
     # -- killing ----------------------------------------------------------
 

@@ -5,6 +5,7 @@ and a custom executor (:mod:`.executors`), go through the same steps, which
 :class:`ContainerRun` owns::
 
     run()                                 resumed after a restart?
+      user     -> the unix user to run as (agent.switch_user): looked up on this host
       sandbox  -> _sandbox_ready()        (report TASK_STARTING / make task directories)
       launch   -> the containerizer prepares, spawns and isolates _launch_spec()
       journal  -> the leader's pid and start time, before anything is said about it
@@ -21,15 +22,26 @@ and a custom executor (:mod:`.executors`), go through the same steps, which
 
 A subclass supplies only what differs: what to launch (:meth:`_launch_spec`) with which
 resources, and what each step means for the tasks it runs (the ``_`` methods above,
-:meth:`_not_started` and :meth:`_ended`). A failure to create the sandbox or to launch is
-:meth:`_not_started` with reason ``sandbox_creation_failed`` or
-``container_launch_failed``; an exception of ours anywhere is logged with its traceback
-and becomes :meth:`_not_started` with reason ``agent_error`` unless the end was reported
-already, then propagates (the agent logs it again as a failed background task).
+:meth:`_not_started` and :meth:`_ended`). A user this host does not know, a failure to
+create the sandbox or to launch is :meth:`_not_started` with reason
+:data:`USER_UNKNOWN`, ``sandbox_creation_failed`` or ``container_launch_failed``; an
+exception of ours anywhere is logged with its traceback and becomes :meth:`_not_started`
+with reason ``agent_error`` unless the end was reported already, then propagates (the
+agent logs it again as a failed background task).
+
+Users. When the agent switches users (:attr:`Agent.switches_users
+<mezzo.agent.agent.Agent.switches_users>`) the container runs as :attr:`ContainerRun.user_name`
+(:func:`mezzo.task_user.task_user`), looked up when the container is launched: its
+sandbox is given to that user and its command runs as it (:mod:`.containerizer`), with
+that user's ``HOME``, ``USER`` and ``LOGNAME`` (:func:`command_env`). A user with the
+agent's own uid (root) needs no switch: its container runs as a non-switching agent's
+does. The journal does not record the user: after a restart the sandbox's owner says
+whose the container's files are (:meth:`.Sandbox.existing`), and nothing else needs it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid as uuidlib
 from collections.abc import Iterable
@@ -37,18 +49,23 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..hookspecs import Container, ContainerLaunch, Limitation
+from ..hookspecs import Container, ContainerLaunch, Limitation, RunAs
 from ..resources import Resources
 from ..wire.ttypes import CommandInfo
 from . import posix
 from .checkpoint import ContainerEntry
 from .containerizer import EXIT_FILE, LaunchError, RunningContainer, read_exit_file
+from .exit_wrapper import exit_file_for
 from .sandbox import Sandbox
+from .users import UnknownUser, identity_env, resolve
 
 if TYPE_CHECKING:
     from .agent import Agent
 
 log = structlog.get_logger("mezzo.agent", component="agent")
+
+USER_UNKNOWN = "user_unknown"
+"""``TaskStatus.reason`` of a task whose unix user does not exist on the agent's host."""
 
 
 def command_argv(command: CommandInfo) -> list[str]:
@@ -58,12 +75,17 @@ def command_argv(command: CommandInfo) -> list[str]:
     return [command.value or "", *(command.arguments or [])]
 
 
-def command_env(command: CommandInfo, extra: dict[str, str], inherited: Iterable[str]) -> dict[str, str]:
+def command_env(
+    command: CommandInfo, extra: dict[str, str], inherited: Iterable[str], user: RunAs | None = None
+) -> dict[str, str]:
     """The agent's variables named in ``inherited`` (``agent.inherited_environment``),
-    then the command's own, then mezzo's. Not the agent's whole environment: it may
-    hold the agent's own secrets (cloud credentials, tokens), which a task must not
-    read."""
+    then, for a task run as ``user``, that user's ``HOME``, ``USER`` and ``LOGNAME``
+    (not the agent's, root's, which the allowlist passes on), then the command's own,
+    then mezzo's. Not the agent's whole environment: it may hold the agent's own secrets
+    (cloud credentials, tokens), which a task must not read."""
     env = {name: os.environ[name] for name in inherited if name in os.environ}
+    if user is not None:
+        env.update(identity_env(user))
     env.update({str(k): str(v) for k, v in (command.environment or {}).items()})
     env.update(extra)
     return env
@@ -88,13 +110,25 @@ class ContainerRun:
         self.sandbox: Sandbox | None = None
         self.container: Container | None = None
         self.running: RunningContainer | None = None
+        self.user: RunAs | None = None
+        """The user it runs as, once looked up (None: the agent does not switch users)."""
         self.log = log.bind(agent=agent.agent_id, framework=framework_id, **log_context)
+
+    @property
+    def user_name(self) -> str:
+        """The unix user its command is to run as (:func:`mezzo.task_user.task_user`)."""
+        raise NotImplementedError
+
+    @property
+    def run_as(self) -> RunAs | None:
+        """The user the containerizer switches to: :attr:`user`, unless it is the agent's own."""
+        return self.user if self.user is not None and self.user.uid != os.geteuid() else None
 
     def take_over(self, recorded: ContainerEntry) -> None:
         """Make this the container an earlier agent journaled; :meth:`run` then resumes it."""
         self.container_id = recorded.container_id
         self.recovering = recorded
-        self.sandbox = Sandbox(recorded.sandbox)
+        self.sandbox = Sandbox.existing(recorded.sandbox)
         self.container = self._container(ContainerLaunch(argv=[], env={}, cwd=recorded.sandbox))
         self.container.pid = recorded.pid or None
 
@@ -130,10 +164,19 @@ class ContainerRun:
             await self._resume(self.recovering)
             return
         config = self.agent.config
+        if self.agent.switches_users and not await self._look_up_user():
+            return
+        run_as = self.run_as
         try:
             # Absolute, as journaled: MEZZO_SANDBOX then names it exactly (recovery checks it).
             work_dir = os.path.abspath(config.work_dir)
-            self.sandbox = Sandbox.create(work_dir, self.framework_id, self.ident, self.container_id)
+            self.sandbox = Sandbox.create(
+                work_dir,
+                self.framework_id,
+                self.ident,
+                self.container_id,
+                owner=(run_as.uid, run_as.gid) if run_as is not None else None,
+            )
             self._sandbox_ready()
         except OSError as exc:
             self._not_started("sandbox_creation_failed", f"cannot create {self.sandbox_noun}: {exc}")
@@ -145,7 +188,7 @@ class ContainerRun:
                 container,
                 stdout=self.sandbox.stdout,
                 stderr=self.sandbox.stderr,
-                exit_file=os.path.join(self.sandbox.path, EXIT_FILE) if journal.enabled else None,
+                exit_file=exit_file_for(self.sandbox.path) if journal.enabled else None,
             )
         except LaunchError as exc:
             self.log.warning(f"{self.what} failed to launch", error=str(exc))
@@ -158,19 +201,42 @@ class ContainerRun:
         self._launched()
         await self._finish(await self.running.wait())
 
+    async def _look_up_user(self) -> bool:
+        """Set :attr:`user`; False (the container is not started) when this host has no such user."""
+        name = self.user_name
+        try:
+            # NSS may ask a directory server: not on the event loop.
+            self.user = await asyncio.get_running_loop().run_in_executor(None, resolve, name)
+        except UnknownUser:
+            self.log.warning(f"{self.what} names a user this host does not have", user=name)
+            self._not_started(
+                USER_UNKNOWN,
+                f"user {name!r} does not exist on agent {self.agent.agent_id} ({self.agent.hostname}): "
+                f"the {self.noun} cannot run as it",
+            )
+            return False
+        return True
+
     async def _resume(self, recorded: ContainerEntry) -> None:
         """Take back the container an earlier agent started."""
         assert self.sandbox is not None and self.container is not None
-        exit_file = os.path.join(self.sandbox.path, EXIT_FILE)
+        exit_file = exit_file_for(self.sandbox.path)
+        # An agent before exit_file_for had it in the sandbox: trusted only in a sandbox
+        # of the agent's own (a task's user could have written one in its sandbox).
+        legacy = os.path.join(self.sandbox.path, EXIT_FILE) if self.sandbox.owner is None else None
         if not recorded.pid:
             # The agent died between starting the launch and journaling the pid, and no
             # process of the container was found: it never started, or ended unrecorded.
             code = read_exit_file(exit_file)
+            if code is None and legacy is not None:
+                code = read_exit_file(legacy)
             await self.agent.containerizer.destroy(self.container)
             self._lost_at_launch(code)
             return
         alive = posix.identify(recorded.pid, recorded.start_time) == posix.SAME
-        self.running = RunningContainer.adopt(self.container, recorded.pid, recorded.start_time, exit_file)
+        self.running = RunningContainer.adopt(
+            self.container, recorded.pid, recorded.start_time, exit_file, legacy_exit_file=legacy
+        )
         if alive:
             self._adopted()
         else:

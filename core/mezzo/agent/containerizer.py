@@ -13,6 +13,23 @@ The order is the one the :class:`~mezzo.hookspecs.Isolator` contract promises:
 ``prepare`` of every isolator in ``agent.isolation`` order, spawn, ``isolate`` in
 order, ``update`` when resources change, ``cleanup`` in reverse order.
 
+Running as the task's user (``container.launch.user``, set by an agent that switches
+users). Everything the isolators do in the child needs root (join a cgroup, enter a
+network namespace, ``lxc-execute``), and so does the exit wrapper, whose status the task
+must not be able to forge; so the switch is the last step before the command, never
+``subprocess``'s ``user=``/``group=``/``extra_groups=``, which it applies *before*
+``preexec_fn``:
+
+- the command is what the child execs (no exit wrapper, no isolator wrapper): the
+  child drops to the user after the last ``preexec`` function (:func:`~.users.become`:
+  groups, gid, uid), right before exec;
+- otherwise ``setpriv`` (:func:`~.users.switch_argv`) is put right before the command,
+  inside the wrappers: ``[*wrapper, /bin/sh -c EXIT_WRAPPER ..., setpriv ... --, *argv]``.
+
+The container's ``stdout`` and ``stderr`` are given to that user; the agent opens and
+reads them assuming the user may have replaced them (:func:`~.work_dir.open_output`,
+:func:`~.work_dir.read_tail`).
+
 Error handling: a ``prepare`` or ``isolate`` that raises fails the launch with
 :class:`LaunchError` naming the isolator, after the isolators that had already
 prepared are cleaned up in reverse (and the process, if spawned, is killed).
@@ -41,7 +58,7 @@ import structlog
 
 from ..config import AgentConfig
 from ..errors import MezzoError
-from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation
+from ..hookspecs import Container, ContainerLaunch, Isolator, Limitation, RunAs
 from ..isolation import program_problem  # noqa: F401 - re-exported (was defined here)
 from ..plugin_guard import PluginGuard, describe
 from ..plugins import Plugins, check_settings_tables
@@ -55,7 +72,8 @@ from .exit_wrapper import (  # noqa: F401 - EXIT_FILE, EXIT_WRAPPER, SHELL_EXIT_
     exit_wrapped,
     read_exit_file,
 )
-from .work_dir import open_no_follow
+from .users import become, switch_argv
+from .work_dir import Owner, open_output, read_tail
 
 log = structlog.get_logger("mezzo.agent", component="agent")
 
@@ -100,6 +118,7 @@ class RunningContainer:
         self.start_time = start_time
         """The process's start time (``/proc/<pid>/stat``), 0 if not read."""
         self.exit_file = exit_file
+        self.legacy_exit_file: str | None = None
         self.adopted = False
         self.exit_known = True
         """False for an adopted container that ended without writing its exit status."""
@@ -109,13 +128,23 @@ class RunningContainer:
         self._exited: asyncio.Future[int] = _watch_exit(process) if process is not None else _done(0)
 
     @classmethod
-    def adopt(cls, container: Container, pid: int, start_time: int, exit_file: str) -> RunningContainer:
+    def adopt(
+        cls,
+        container: Container,
+        pid: int,
+        start_time: int,
+        exit_file: str,
+        *,
+        legacy_exit_file: str | None = None,
+    ) -> RunningContainer:
         """Watch a container whose leader ``pid`` (started at ``start_time``) an earlier
         agent launched under the exit wrapper. If it is already gone, :meth:`wait`
-        returns at once. Its return code comes from ``exit_file``: when there is none
+        returns at once. Its return code comes from ``exit_file`` (else from
+        ``legacy_exit_file``, where an older agent had it written): when there is none
         (the wrapper was killed, e.g. with SIGKILL), :attr:`exit_known` is False and
         the return code reads as -9."""
         self = cls(container, None, start_time=start_time, exit_file=exit_file)
+        self.legacy_exit_file = legacy_exit_file
         self.pid = pid
         self.adopted = True
         container.pid = pid
@@ -125,6 +154,8 @@ class RunningContainer:
     def _adopted_exit(self) -> int:
         assert self.exit_file is not None
         code = read_exit_file(self.exit_file)
+        if code is None and self.legacy_exit_file is not None:
+            code = read_exit_file(self.legacy_exit_file)
         if code is None:
             self.exit_known = False
             return -signal.SIGKILL
@@ -375,13 +406,25 @@ class Containerizer:
         if not argv:
             raise LaunchError("nothing to run: the command is empty")
         wrapped = exit_file is not None and bool(launch.argv)
+        command = list(launch.argv)
+        # The user switch comes last (see the module docstring): in the child after the
+        # preexec functions when it execs the command itself, else setpriv inside the wrappers.
+        drop_in_child = launch.user is not None and not wrapped and not launch.wrapper
+        if launch.user is not None and not drop_in_child and command:
+            try:
+                command = [*switch_argv(launch.user), *command]
+            except FileNotFoundError as exc:
+                raise LaunchError(f"cannot run as user {launch.user.name!r}: {exc}") from None
         if exit_file is not None and wrapped:
-            argv = [*launch.wrapper, *exit_wrapped(launch.argv, exit_file)]
+            argv = [*launch.wrapper, *exit_wrapped(command, exit_file)]
+        else:
+            argv = [*launch.wrapper, *command]
+        become_user = launch.user if drop_in_child else None
         # fork+exec blocks until the child has exec'd, which on a busy machine
         # takes milliseconds; a few spawner threads keep the event loop serving
         # and let launches overlap (4-5x the throughput of spawning inline).
         spawn = asyncio.get_running_loop().run_in_executor(
-            self._threads(), _popen, argv, launch, stdout, stderr, wrapped, preexec_owners or {}
+            self._threads(), _popen, argv, launch, stdout, stderr, wrapped, preexec_owners or {}, become_user
         )
         try:
             process, start_time = await asyncio.shield(spawn)
@@ -392,7 +435,7 @@ class Containerizer:
             raise LaunchError(f"cannot start {launch.argv[0]!r}: {exc}") from None
         except subprocess.SubprocessError as exc:
             # A preexec function raised in the child; it said which and why on stderr.
-            failure = _preexec_failure(stderr)
+            failure = _preexec_failure(stderr, launch.user.uid if launch.user is not None else None)
             owner = next((iso for iso in self.isolators if iso.name == _preexec_owner(failure)), None)
             if owner is not None and failure is not None:
                 self.guard.failed(owner, "preexec", RuntimeError(failure), container=container.container_id)
@@ -491,18 +534,20 @@ def _popen(
     stderr: str,
     wrapped: bool,
     preexec_owners: Mapping[int, str],
+    become_user: RunAs | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """Runs on a spawner thread: open the output files, fork and exec.
 
     ``wrapped`` (under :data:`EXIT_WRAPPER`): first check that the program can be
     executed (under the wrapper a missing one would be the shell's exit 127, not a
     failed launch), and afterwards read the leader's start time. Returns the process
-    and that start time (0 when not wrapped)."""
+    and that start time (0 when not wrapped). ``become_user``: the child becomes that user
+    after the preexec functions."""
     if wrapped and launch.argv[0] != "/bin/sh":  # the wrapper needs /bin/sh anyway
         problem = program_problem(launch.argv[0], launch.env, launch.cwd)
         if problem is not None:
             raise _NoProgram(problem)
-    process = _start(argv, launch, stdout, stderr, preexec_owners)
+    process = _start(argv, launch, stdout, stderr, preexec_owners, become_user)
     if not wrapped:
         return process, 0
     # Not reaped yet (its watcher runs on the event loop, later): readable even if it exited.
@@ -511,13 +556,20 @@ def _popen(
 
 
 def _start(
-    argv: list[str], launch: ContainerLaunch, stdout: str, stderr: str, preexec_owners: Mapping[int, str]
+    argv: list[str],
+    launch: ContainerLaunch,
+    stdout: str,
+    stderr: str,
+    preexec_owners: Mapping[int, str],
+    become_user: RunAs | None,
 ) -> subprocess.Popen:
-    # The container's own output files in its sandbox: never written through a symlink.
-    output = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    # The container's own output files in its sandbox, its user's: never written through
+    # a symlink, nor anything but a file of the agent's or that user's.
+    owner: Owner | None = (launch.user.uid, launch.user.gid) if launch.user is not None else None
+    preexec = _chain(launch.preexec, preexec_owners, become_user) if launch.preexec or become_user else None
     with (
-        os.fdopen(open_no_follow(stdout, output, 0o666), "ab") as out,
-        os.fdopen(open_no_follow(stderr, output, 0o666), "ab") as err,
+        os.fdopen(open_output(stdout, owner), "ab") as out,
+        os.fdopen(open_output(stderr, owner), "ab") as err,
     ):
         return subprocess.Popen(
             argv,
@@ -530,7 +582,7 @@ def _start(
             # Isolators' preexec functions run between fork and exec of a threaded
             # process (as they would from the event loop's thread): the contract is
             # that they only make system calls (join a cgroup, enter a namespace).
-            preexec_fn=_chain(launch.preexec, preexec_owners) if launch.preexec else None,  # noqa: PLW1509
+            preexec_fn=preexec,  # noqa: PLW1509
         )
 
 
@@ -545,13 +597,18 @@ def _abandon(spawn: asyncio.Future[tuple[subprocess.Popen, int]]) -> None:
 
 PREEXEC_FAILED = "mezzo: isolator "
 """How the line a failing preexec function writes to the container's stderr starts."""
+BECOME_FAILED = "mezzo: cannot run as user "
+"""How the line written when the child cannot become the task's user starts."""
 
 
-def _chain(functions: list[Callable[[], None]], owners: Mapping[int, str]) -> Callable[[], None]:
-    """One preexec function running ``functions`` in order. The child cannot send an
-    exception back (``subprocess`` only says that one happened), so a failing one
-    writes which isolator it belongs to and why to the container's stderr (fd 2
-    by then) and re-raises."""
+def _chain(
+    functions: list[Callable[[], None]], owners: Mapping[int, str], user: RunAs | None = None
+) -> Callable[[], None]:
+    """One preexec function running ``functions`` in order, then becoming ``user`` if
+    given (last: the functions need root). The child cannot send an exception back
+    (``subprocess`` only says that one happened), so a failing step writes which isolator
+    it belongs to (or which user) and why to the container's stderr (fd 2 by then) and
+    re-raises."""
     named = [(fn, owners.get(id(fn), "?")) for fn in functions]
 
     def run_all() -> None:
@@ -562,20 +619,25 @@ def _chain(functions: list[Callable[[], None]], owners: Mapping[int, str]) -> Ca
                 line = f"{PREEXEC_FAILED}{owner!r} failed in the container's process before exec: {exc}\n"
                 os.write(2, line.encode("utf-8", "replace"))
                 raise
+        if user is not None:
+            try:
+                become(user)
+            except BaseException as exc:
+                line = f"{BECOME_FAILED}{user.name!r} (uid {user.uid}, gid {user.gid}): {exc}\n"
+                os.write(2, line.encode("utf-8", "replace"))
+                raise
 
     return run_all
 
 
-def _preexec_failure(stderr: str) -> str | None:
-    """The last line :func:`_chain` wrote to the container's ``stderr`` file, if any."""
-    try:
-        with os.fdopen(open_no_follow(stderr), "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
+def _preexec_failure(stderr: str, uid: int | None = None) -> str | None:
+    """The last line :func:`_chain` wrote to the container's ``stderr`` file (a file of
+    user ``uid``, default the agent's), if any."""
+    data = read_tail(stderr, 4096, uid)
+    if data is None:
         return None
-    found = [line for line in tail.splitlines() if line.startswith(PREEXEC_FAILED)]
+    tail = data.decode("utf-8", "replace")
+    found = [line for line in tail.splitlines() if line.startswith((PREEXEC_FAILED, BECOME_FAILED))]
     return found[-1][len("mezzo: ") :] if found else None
 
 

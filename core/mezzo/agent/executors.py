@@ -58,11 +58,17 @@ from ..resources import Resources
 from ..rpc import Connection
 from ..rpc.tls import EXECUTOR_CA_ENV
 from ..services import EXECUTOR, EXECUTOR_TOKEN_ENV
+from ..task_user import task_user
 from ..wire.ttypes import ExecutorInfo, FrameworkInfo, TaskInfo, TaskState, TaskStatus
 from . import checkpoint
 from .container_run import ContainerRun, command_argv, command_env
 from .posix import describe_exit
 from .sandbox import Sandbox
+from .work_dir import open_no_follow
+
+CA_COPY = ".mezzo-tls-ca.pem"
+"""The copy of the agent's CA certificate in an executor's sandbox, for an executor that
+runs as another user: the agent's own file may be where only root can read it."""
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -143,6 +149,11 @@ class ExecutorRun(ContainerRun):
     def alive(self) -> bool:
         return self.state in (LAUNCHING, REGISTERED, RECOVERING)
 
+    @property
+    def user_name(self) -> str:
+        # The rule for a task with this executor: its command's user, else the framework's.
+        return task_user(self.framework, TaskInfo(executor=self.info))
+
     # -- the container's life (see ContainerRun) -----------------------------
 
     @property
@@ -156,6 +167,28 @@ class ExecutorRun(ContainerRun):
         assert self.sandbox is not None
         for task_id in self.tasks:
             self.sandbox.task_dir(task_id)
+        if self.agent.tls is not None and self.sandbox.owner is not None:
+            self._copy_ca(self.sandbox)
+
+    def _copy_ca(self, sandbox: Sandbox) -> None:
+        """Put the agent's CA certificate (public) in the sandbox, the executor's user's: an
+        executor of another user may not be able to read the agent's file. O_EXCL and
+        O_NOFOLLOW: the sandbox is that user's already. OSError: the sandbox is not ready."""
+        assert self.agent.tls is not None and sandbox.owner is not None
+        with open(self.agent.tls.ca, "rb") as f:
+            pem = f.read()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        with os.fdopen(open_no_follow(os.path.join(sandbox.path, CA_COPY), flags, 0o644), "wb") as out:
+            os.fchown(out.fileno(), *sandbox.owner)
+            out.write(pem)
+
+    def _ca_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """``MEZZO_TLS_CA`` when the agent's port is TLS: the CA the executor checks it against."""
+        if self.agent.tls is None:
+            return {}
+        if sandbox.owner is not None:
+            return {EXECUTOR_CA_ENV: os.path.join(sandbox.path, CA_COPY)}
+        return {EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)}
 
     def _launch_spec(self, sandbox: Sandbox) -> ContainerLaunch:
         command = self.info.command
@@ -170,12 +203,13 @@ class ExecutorRun(ContainerRun):
                     "MEZZO_SANDBOX": sandbox.path,
                     EXECUTOR_TOKEN_ENV: self.token,
                     "PYTHONUNBUFFERED": "1",
-                    # The agent's port is TLS: the executor checks it against the CA.
-                    **({EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)} if self.agent.tls else {}),
+                    **self._ca_env(sandbox),
                 },
                 self.agent.config.inherited_environment,
+                self.user,
             ),
             cwd=sandbox.path,
+            user=self.run_as,
         )
 
     def _launched(self) -> None:

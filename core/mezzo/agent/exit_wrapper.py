@@ -3,11 +3,20 @@
 An agent restarted while a container runs cannot ``wait()`` for it (the container is
 not its child), so with checkpointing the containerizer starts the command under a small
 ``/bin/sh`` script, :data:`EXIT_WRAPPER`, which writes the command's exit status to a
-file in the sandbox (:data:`EXIT_FILE`) and exits the way the command did::
+file next to the sandbox (:func:`exit_file_for`) and exits the way the command did::
 
-    argv = exit_wrapped(["/bin/sh", "-c", "make test"], "/sandbox/.mezzo-exit")
+    argv = exit_wrapped(["/bin/sh", "-c", "make test"], "/work/.../runs/C.mezzo-exit")
     ...                                   # the process runs and ends
-    read_exit_file("/sandbox/.mezzo-exit")   # -> 0, 2, -15 (killed by SIGTERM), or None
+    read_exit_file("/work/.../runs/C.mezzo-exit")   # -> 0, 2, -15 (killed by SIGTERM), or None
+
+Trust. When the task runs as another user (``agent.switch_user``) the wrapper still runs
+as the agent's user (root) and only the command runs as the task's user (the
+containerizer puts ``setpriv`` between them). So that user can neither signal the wrapper
+nor write its file: the file is in the ``runs`` directory above the sandbox, which is the
+agent's and 0711, not in the sandbox, which is the user's (a symlink planted there would
+have the root wrapper write through it). The status a restarted agent reads is the one
+the wrapper saw. The wrapper's one variable of its own that it does not set from its
+arguments, ``__mezzo_signal``, is cleared first: the task's environment could hold it.
 
 Signals. The wrapper leads the container's session, so a signal to the process group
 reaches it as well as the command. It traps HUP, INT and TERM to outlive them, and a trap
@@ -45,7 +54,16 @@ from . import posix
 from .work_dir import open_no_follow
 
 EXIT_FILE = ".mezzo-exit"
-"""Where, in its sandbox, a container launched with an exit file records its exit status."""
+"""Where, in its sandbox, agents before :func:`exit_file_for` had a container's exit status
+recorded (still read for containers such an agent launched, see :mod:`.container_run`)."""
+EXIT_SUFFIX = ".mezzo-exit"
+
+
+def exit_file_for(sandbox: str) -> str:
+    """Where the exit wrapper of the container in ``sandbox`` records its status:
+    ``runs/<container_id>.mezzo-exit``, beside the sandbox in a directory only the agent
+    may write (see the module docstring)."""
+    return os.path.normpath(sandbox) + EXIT_SUFFIX
 
 
 def _exit_wrapper(start: str, *, before_start: str = "") -> str:
@@ -54,7 +72,7 @@ def _exit_wrapper(start: str, *, before_start: str = "") -> str:
     ``before_start`` is shell text run between setting the traps and deciding whether
     to start the command: empty in production, a hook for tests to stop the wrapper at
     that moment."""
-    return f"""trap '__mezzo_signal=1' HUP; trap '__mezzo_signal=2' INT; trap '__mezzo_signal=15' TERM
+    return f"""__mezzo_signal=; trap '__mezzo_signal=1' HUP; trap '__mezzo_signal=2' INT; trap '__mezzo_signal=15' TERM
 __mezzo_exit_file=$1; shift
 {before_start}
 if [ -z "$__mezzo_signal" ]; then {start}; __mezzo_status=$?; else __mezzo_status=$((128 + __mezzo_signal)); fi

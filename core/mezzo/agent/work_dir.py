@@ -14,6 +14,11 @@ Contract:
 - What the agent creates it creates itself: the work dir and the parents it has to make
   get mode :data:`WORK_DIR_MODE` (0700), sandboxes :data:`SANDBOX_MODE` (0750), exactly,
   whatever the umask.
+- When tasks run as other users (``agent.switch_user``, the agent root): the work dir and
+  the directories down to each sandbox are :data:`SHARED_DIR_MODE` (0711): a task's user
+  may pass through them to its own sandbox, but list none of them, so it cannot find
+  another task's sandbox, which is owned by that task's user and 0750. Each sandbox (and
+  what the agent makes in it) is given to its task's user: ``make_dirs(..., owner=)``.
 - What it uses must be its own: the work dir, each directory it creates or enters under
   it, the journal and its lock must be a real directory (file), not a symlink, owned by
   the agent's effective uid and not writable by group or others. Every ancestor of the
@@ -39,6 +44,14 @@ WORK_DIR_MODE = 0o700
 """The work dir, and the missing parents the agent creates for it."""
 SANDBOX_MODE = 0o750
 """Sandbox directories and the directories leading to them under the work dir."""
+SHARED_DIR_MODE = 0o711
+"""The work dir and the directories leading to sandboxes when tasks run as other users:
+they may pass through (search), not list (read)."""
+TRAVERSE_BITS = 0o011
+"""What :data:`SHARED_DIR_MODE` adds to a directory the agent made private before."""
+
+Owner = tuple[int, int]
+"""``(uid, gid)`` of the user a sandbox is given to."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -54,9 +67,11 @@ def open_no_follow(path: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> in
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
-def prepare_work_dir(work_dir: str) -> str:
+def prepare_work_dir(work_dir: str, *, shared: bool = False) -> str:
     """Create ``work_dir`` (and the parents it lacks) with mode 0700 and check it is the
-    agent's own (see the module docstring). Returns its absolute path.
+    agent's own (see the module docstring). Returns its absolute path. ``shared`` (tasks
+    run as other users): the work dir itself is made 0711, also when it exists already,
+    so that they can pass through it to their sandboxes.
 
     Raises :class:`UnsafePath` (checks) or :class:`OSError` (creation failed)."""
     path = os.path.abspath(work_dir)
@@ -65,7 +80,28 @@ def prepare_work_dir(work_dir: str) -> str:
     if missing:
         make_dirs(existing, missing, WORK_DIR_MODE, check_base=False)
     check_entry(path, directory=True)
+    if shared:
+        fd = _open_dir(path, shown=path)
+        try:
+            _check_owned(os.fstat(fd), path)
+            _add_traverse(fd)
+        finally:
+            os.close(fd)
     return path
+
+
+def untraversable_ancestor(path: str) -> str | None:
+    """The first directory above ``path`` (symlinks resolved) that others may not pass
+    through (no search bit for others), or None. A task running as another user cannot
+    reach its sandbox under it by path (it still starts in it: its working directory)."""
+    for ancestor in _chain(os.path.dirname(os.path.realpath(path))):
+        try:
+            st = os.stat(ancestor)
+        except OSError:
+            return ancestor
+        if not st.st_mode & 0o001:
+            return ancestor
+    return None
 
 
 def make_private_dir(path: str) -> None:
@@ -80,20 +116,37 @@ def make_private_dir(path: str) -> None:
         check_entry(path, directory=True)
 
 
-def make_dirs(base: str, parts: Sequence[str], mode: int, *, check_base: bool = True) -> str:
+def make_dirs(
+    base: str,
+    parts: Sequence[str],
+    mode: int,
+    *,
+    check_base: bool = True,
+    owner: Owner | None = None,
+    traverse: bool = False,
+) -> str:
     """Create ``base/parts[0]/parts[1]/...`` one directory at a time, through directory fds,
     never following a symlink at ``base`` (unless ``check_base`` is False) or below it.
     Directories created get exactly ``mode``; each one, created or found, and ``base`` when
     ``check_base``, must be a real directory owned by this process's effective uid and not
     writable by group or others. Returns the path made.
 
+    ``owner`` (``(uid, gid)``): directories created are given to that user, and those found
+    (``base`` too) may be that user's as well as the agent's: for what the agent makes in
+    a sandbox it gave to a task's user. That user may have changed anything under ``base``
+    meanwhile; through directory fds and ``O_NOFOLLOW`` the agent still only ever creates
+    directories inside directories of the agent's or of that user's. ``traverse``: each
+    directory found (not ``base``) that others may not pass through gets the search bits
+    of :data:`SHARED_DIR_MODE` added.
+
     Raises :class:`UnsafePath` naming the first component that fails, or :class:`OSError`."""
     path = base
+    allowed = (owner[0],) if owner is not None else ()
     # Not checked: above the work dir (check_ancestors vetted it), where symlinks are the operator's.
     fd = _open_dir(base, shown=base) if check_base else os.open(base, _DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
         if check_base:
-            _check_owned(os.fstat(fd), base)
+            _check_owned(os.fstat(fd), base, also=allowed)
         for part in parts:
             path = os.path.join(path, part)
             try:
@@ -106,10 +159,68 @@ def make_dirs(base: str, parts: Sequence[str], mode: int, *, check_base: bool = 
             fd = child
             if created:
                 os.fchmod(fd, mode)  # exact: the umask may have taken bits off
-            _check_owned(os.fstat(fd), path)
+                if owner is not None:
+                    os.fchown(fd, owner[0], owner[1])
+            st = os.fstat(fd)
+            _check_owned(st, path, also=allowed)
+            if traverse and not created:
+                _add_traverse(fd, st)
     finally:
         os.close(fd)
     return path
+
+
+def _add_traverse(fd: int, st: os.stat_result | None = None) -> None:
+    """Let others pass through the directory open as ``fd`` (a directory of the agent's)."""
+    st = st if st is not None else os.fstat(fd)
+    if st.st_uid == os.geteuid() and st.st_mode & TRAVERSE_BITS != TRAVERSE_BITS:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | TRAVERSE_BITS)
+
+
+def open_output(path: str, owner: Owner | None) -> int:
+    """Open a container's output file (``stdout``, ``stderr``) in its sandbox for appending,
+    created if missing, and return the fd. ``owner``: the user of the sandbox, who gets the
+    file. Whatever that user put at ``path`` meanwhile, the agent neither follows a symlink,
+    nor blocks on a FIFO, nor writes to or gives away a file not its own or that user's
+    (a hard link to one of root's files has the agent's uid and a link count above 1).
+
+    Raises :class:`UnsafePath` or ``OSError``."""
+    fd = open_no_follow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o640)
+    try:
+        st = os.fstat(fd)
+        euid = os.geteuid()
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(f"{path!r} is not a regular file")
+        if st.st_uid == euid and st.st_nlink != 1:
+            raise UnsafePath(f"{path!r} has {st.st_nlink} hard links: not a file the agent made")
+        if st.st_uid != euid and (owner is None or st.st_uid != owner[0]):
+            raise UnsafePath(f"{path!r} is owned by uid {st.st_uid}, neither the agent's nor the task's")
+        os.set_blocking(fd, True)
+        if owner is not None and st.st_uid == euid and euid != owner[0]:
+            os.fchown(fd, owner[0], owner[1])
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_tail(path: str, limit: int, uid: int | None = None) -> bytes | None:
+    """The last ``limit`` bytes of the file at ``path`` in a sandbox, or None when there is
+    no such regular file of user ``uid`` (default: the agent's). The sandbox's user could
+    have put a symlink, a FIFO or a hard link to a file it may not read there: the agent
+    (root) follows no symlink, never blocks, and reads only a file that user owns, so it
+    never hands on what the user could not read itself."""
+    try:
+        fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != (os.geteuid() if uid is None else uid):
+            return None
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - limit))
+        return f.read(limit)
 
 
 def check_entry(path: str, *, directory: bool, missing_ok: bool = False) -> None:
@@ -165,9 +276,9 @@ def _check_ancestor(st: os.stat_result, path: str) -> None:
         )
 
 
-def _check_owned(st: os.stat_result, path: str) -> None:
+def _check_owned(st: os.stat_result, path: str, also: Sequence[int] = ()) -> None:
     euid = os.geteuid()
-    if st.st_uid != euid:
+    if st.st_uid != euid and st.st_uid not in also:
         raise UnsafePath(
             f"{path!r} is owned by uid {st.st_uid}, not by this agent (uid {euid}): chown it "
             "or pick another agent.work_dir"

@@ -1,0 +1,366 @@
+"""Tasks run as their unix users (``agent.switch_user``): a real agent, run as root, with
+real users and real processes (a scripted master).
+
+A task with no user runs as ``nobody``; the framework's user and the command's own are
+honoured; sandboxes are their user's, 0750, under directories other users may pass
+through but not list, so a task cannot read another user's sandbox; a user the host
+does not have fails the task, naming the user and the agent; ``switch_user = false``
+runs everything as root; a custom executor runs as its user and registers with its token;
+the exit status a restarted agent reads is out of the task user's reach, and so is
+anything the agent reads from the sandbox.
+
+The work dirs are made in a directory others may pass through (pytest's own temporary
+directory is root's, 0700): otherwise no task user could reach its sandbox by path, and
+"cannot read another task's sandbox" would hold for the wrong reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from agent_harness import (
+    FRAMEWORK,
+    ScriptedMaster,
+    agent_config,
+    command_task,
+    name,
+    run,
+    running_agent,
+    wait_until,
+)
+
+import mezzo
+from mezzo.agent.exit_wrapper import exit_file_for, read_exit_file
+from mezzo.wire.ttypes import CommandInfo, ExecutorInfo, FrameworkInfo, TaskInfo
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: only an agent running as root switches users (CI runs as root)"
+)
+
+
+@pytest.fixture
+def shared_tmp():
+    """A temporary directory (root's, 0755) that other users may pass through."""
+    path = Path(tempfile.mkdtemp(prefix="mezzo-switch-user-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_user():
+    """``make_user()``: a new system user (no home directory made, no login), removed at the
+    end of the test; returns its name."""
+    made: list[str] = []
+
+    def make() -> str:
+        user = f"mz{uuid.uuid4().hex[:10]}"
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--home-dir", f"/nonexistent/{user}",
+             "--shell", "/usr/sbin/nologin", user],
+            check=True, capture_output=True,
+        )
+        made.append(user)
+        return user
+
+    yield make
+    for user in made:
+        subprocess.run(["userdel", user], check=False, capture_output=True)
+
+
+def _config(base: Path, master: str, **overrides):
+    return agent_config(base, master, **overrides)
+
+
+def _framework(user: str = "", fid: str = FRAMEWORK.framework_id) -> FrameworkInfo:
+    return FrameworkInfo(name="switch-user-test", framework_id=fid, user=user)
+
+
+def _sandbox(agent, task_id: str, fid: str = FRAMEWORK.framework_id) -> Path:
+    runs = Path(agent.config.work_dir, "frameworks", fid, "executors", task_id, "runs")
+    (box,) = [p for p in runs.iterdir() if p.is_dir()]
+    return box
+
+
+async def _final(master: ScriptedMaster, task_id: str, timeout: float = 15.0):
+    return await master.wait_final(task_id, timeout)
+
+
+def test_a_task_with_no_user_runs_as_nobody_in_a_sandbox_of_its_own(shared_tmp):
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            master.agent.run_task(_framework(), command_task(
+                "t", 'id -un; id -gn; echo "$HOME $USER $LOGNAME"; id -un > "$MEZZO_SANDBOX/who"'))
+            final = await _final(master, "t")
+            assert name(final.state) == "TASK_FINISHED", final
+            assert final.data.decode().splitlines() == ["nobody", "nogroup", "/nonexistent nobody nobody"]
+            box = _sandbox(agent, "t")
+            nobody = __import__("pwd").getpwnam("nobody")
+            st = box.stat()
+            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (nobody.pw_uid, nobody.pw_gid, 0o750)
+            assert (box / "who").read_text() == "nobody\n" and (box / "who").stat().st_uid == nobody.pw_uid
+            for output in ("stdout", "stderr"):
+                assert (box / output).stat().st_uid == nobody.pw_uid
+            # The directories on the way are root's: passable, not listable.
+            work = Path(agent.config.work_dir)
+            for d in [work, *list(box.parents)[: len(box.relative_to(work).parts) - 1]]:
+                st = d.stat()
+                assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o711), d
+            assert stat.S_IMODE((work / "meta").stat().st_mode) == 0o700
+        await master.close()
+
+    run(main())
+
+
+def test_the_framework_user_and_the_command_user_are_honoured(shared_tmp, make_user):
+    user = make_user()
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            master.agent.run_task(_framework(user), command_task("fw", "id -un; echo $HOME"))
+            master.agent.run_task(_framework(user), command_task("cmd", "id -un", user="daemon"))
+            # The command's environment wins over the user's identity variables.
+            master.agent.run_task(_framework(user), command_task("env", "echo $HOME", environment={"HOME": "/x"}))
+            fw, cmd, env = [await _final(master, t) for t in ("fw", "cmd", "env")]
+            assert (name(fw.state), fw.data) == ("TASK_FINISHED", f"{user}\n/nonexistent/{user}\n".encode())
+            assert (name(cmd.state), cmd.data) == ("TASK_FINISHED", b"daemon\n")
+            assert env.data == b"/x\n"
+            assert _sandbox(agent, "cmd").stat().st_uid == __import__("pwd").getpwnam("daemon").pw_uid
+        await master.close()
+
+    run(main())
+
+
+def test_a_task_cannot_read_or_find_another_users_sandbox(shared_tmp, make_user):
+    user = make_user()
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            master.agent.run_task(_framework(user), command_task(
+                "secret", "echo s3cret > secret; while [ ! -e done ]; do sleep 0.05; done"))
+            await master.wait_state("secret", "TASK_RUNNING")
+            box = _sandbox(agent, "secret")
+            work = agent.config.work_dir
+            probe = (
+                # Its own sandbox is reachable by path...
+                'cd "$MEZZO_SANDBOX" && echo own-ok; '
+                # ...the other user's is not, and no directory on the way can be listed.
+                f'cat {box}/secret 2>/dev/null || echo read-denied; '
+                f'ls {box} >/dev/null 2>&1 || echo list-sandbox-denied; '
+                f'ls {os.path.dirname(box)} >/dev/null 2>&1 || echo list-runs-denied; '
+                f'ls {work} >/dev/null 2>&1 || echo list-work-denied; '
+                f'ls {work}/meta >/dev/null 2>&1 || echo meta-denied'
+            )
+            master.agent.run_task(_framework(), command_task("probe", probe))
+            final = await _final(master, "probe")
+            assert final.data.decode().split() == [
+                "own-ok", "read-denied", "list-sandbox-denied", "list-runs-denied", "list-work-denied",
+                "meta-denied"], final
+            (box / "done").touch()
+            assert name((await _final(master, "secret")).state) == "TASK_FINISHED"
+        await master.close()
+
+    run(main())
+
+
+def test_an_unknown_user_fails_the_task_naming_the_user_and_the_agent(shared_tmp):
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            master.agent.run_task(_framework("no-such-user-mezzo"), command_task("t", "true"))
+            final = await _final(master, "t")
+            assert name(final.state) == "TASK_FAILED"
+            assert final.reason == "user_unknown"
+            assert final.message == (
+                "user 'no-such-user-mezzo' does not exist on agent agent-1 (test-host): the task cannot run as it")
+            assert master.states("t") == ["TASK_FAILED"]
+            runs = Path(agent.config.work_dir, "frameworks", FRAMEWORK.framework_id, "executors", "t", "runs")
+            assert not runs.exists()  # nothing was made for it
+            # An executor's tasks fail alike, and the master hears the executor is gone.
+            task = TaskInfo(task_id="e", name="e", agent_id="agent-1", resources=mezzo.Resources(cpus=0.1, mem=16),
+                            executor=ExecutorInfo(executor_id="x", framework_id=FRAMEWORK.framework_id,
+                                                  command=CommandInfo(value="true", user="no-such-user-mezzo")))
+            master.agent.run_task(_framework(), task)
+            final = await _final(master, "e")
+            assert (name(final.state), final.reason) == ("TASK_FAILED", "user_unknown")
+            assert "'no-such-user-mezzo'" in final.message and "agent-1" in final.message
+            await wait_until(lambda: master.called("executor_exited"), what="executor_exited")
+        await master.close()
+
+    run(main())
+
+
+def test_switch_user_off_runs_tasks_as_root(shared_tmp):
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address, switch_user=False)) as agent:
+            master.agent.run_task(_framework("nobody"), command_task("t", "id -u"))
+            final = await _final(master, "t")
+            assert (name(final.state), final.data) == ("TASK_FINISHED", b"0\n")
+            box = _sandbox(agent, "t")
+            assert box.stat().st_uid == 0 and stat.S_IMODE(box.stat().st_mode) == 0o750
+            assert stat.S_IMODE(Path(agent.config.work_dir).stat().st_mode) == 0o700
+        await master.close()
+
+    run(main())
+
+
+def test_without_checkpointing_the_child_drops_to_the_user_itself(shared_tmp):
+    """No exit wrapper: the process the agent forks becomes the user after the preexec
+    functions and execs the command directly (no setpriv)."""
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address, checkpoint=False)) as agent:
+            master.agent.run_task(_framework(), command_task(
+                "t", "id -un; id -G; grep -E '^(Uid|Gid|CapEff)' /proc/self/status"))
+            final = await _final(master, "t")
+            assert name(final.state) == "TASK_FINISHED", final
+            lines = final.data.decode().splitlines()
+            assert lines[:2] == ["nobody", "65534"]
+            assert lines[2].split()[1:] == ["65534"] * 4  # real, effective, saved, fs
+            assert lines[3].split()[1:] == ["65534"] * 4
+            assert lines[4].split()[1] == "0000000000000000"  # no capability left
+            assert not list(Path(agent.config.work_dir).rglob("*.mezzo-exit"))
+        await master.close()
+
+    run(main())
+
+
+def test_the_exit_status_is_out_of_the_task_users_reach(shared_tmp):
+    """The exit wrapper runs as root and writes beside the sandbox, in a directory of
+    root's: the task can neither write that file nor plant a symlink for it, nor signal
+    its wrapper; what the agent reads back from the sandbox is never followed through a
+    link the task planted."""
+
+    async def main():
+        master = await ScriptedMaster().start()
+        secret = shared_tmp / "root-only"
+        secret.write_text("root's secret\n")
+        secret.chmod(0o600)
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            command = textwrap.dedent(f"""\
+                exit_file="$MEZZO_SANDBOX.mezzo-exit"
+                {{
+                  echo 0 > "$exit_file" 2>/dev/null || echo cannot-write-exit-file
+                  ln -s /etc/passwd "$exit_file" 2>/dev/null || echo cannot-plant-link
+                  kill -TERM $PPID 2>/dev/null || echo cannot-signal-wrapper
+                }} > probe.log
+                # Replace stdout (this process keeps writing to the file it had) with a link
+                # to a file only root reads, and stderr with a FIFO.
+                rm stdout stderr; ln -s {secret} stdout; mkfifo stderr
+                exit 3
+            """)
+            master.agent.run_task(_framework(), command_task("t", command))
+            final = await _final(master, "t")
+            assert (name(final.state), final.exit_code) == ("TASK_FAILED", 3), final
+            assert final.data is None  # the agent did not read through the planted link
+            box = _sandbox(agent, "t")
+            exit_file = Path(exit_file_for(str(box)))
+            assert exit_file.parent == box.parent
+            assert exit_file.stat().st_uid == 0 and not exit_file.is_symlink()
+            assert read_exit_file(str(exit_file)) == 3
+            assert (box / "probe.log").read_text().split() == [
+                "cannot-write-exit-file", "cannot-plant-link", "cannot-signal-wrapper"]
+            assert os.readlink(box / "stdout") == str(secret)  # the agent left the link alone
+            assert secret.stat().st_uid == 0 and secret.read_text() == "root's secret\n"
+        await master.close()
+
+    run(main())
+
+
+def test_a_task_for_an_executor_of_another_user_is_refused(shared_tmp):
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)):
+            def task(tid: str, user: str) -> TaskInfo:
+                return TaskInfo(task_id=tid, name=tid, agent_id="agent-1", resources=mezzo.Resources(cpus=0.1, mem=16),
+                                executor=ExecutorInfo(executor_id="x", framework_id=FRAMEWORK.framework_id,
+                                                      command=CommandInfo(value="sleep 30", user=user)))
+
+            master.agent.run_task(_framework(), task("a", "nobody"))
+            master.agent.run_task(_framework(), task("b", "daemon"))
+            final = await _final(master, "b")
+            assert (name(final.state), final.reason) == ("TASK_ERROR", "executor_user_mismatch")
+            assert final.message == "executor 'x' runs as user 'nobody', not as 'daemon', the task's user"
+        await master.close()
+
+    run(main())
+
+
+# -- a custom executor as another user ---------------------------------------------------
+
+
+def _interpreter_for(user: str) -> list[str] | None:
+    """An argv prefix running Python with mezzo importable, as ``user``: this interpreter if
+    that user may run it, else the system's python3 of the same version with this
+    environment's site-packages added (the test interpreter may live under /root, 0700)."""
+    candidates = [sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"]
+    site = sysconfig.get_paths()["purelib"]
+    for python in candidates:
+        argv = [python, "-c", f"import site; site.addsitedir({site!r}); import mezzo"]
+        probe = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *argv],
+                               capture_output=True, cwd="/")
+        if probe.returncode == 0:
+            return [python, "-c", f"import site, runpy, sys; site.addsitedir({site!r}); "
+                                  "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]
+    return None
+
+
+EXECUTOR = '''
+import os
+import mezzo
+from mezzo import TaskState, TaskStatus
+
+
+class WhoAmI(mezzo.Executor):
+    def launch_task(self, driver, task):
+        who = f"{os.getuid()} {os.getgid()} {os.environ['USER']} {os.environ['HOME']}"
+        driver.send_status_update(TaskStatus(task_id=task.task_id, state=TaskState.TASK_FINISHED, data=who.encode()))
+
+
+mezzo.ExecutorDriver(WhoAmI()).run()
+'''
+
+
+def test_a_custom_executor_runs_as_its_user_and_registers_with_its_token(shared_tmp, make_user):
+    user = make_user()
+    python = _interpreter_for(user)
+    if python is None:
+        pytest.skip(f"no Python with mezzo that user {user!r} may run (this one is not theirs to run)")
+    script = shared_tmp / "whoami_executor.py"
+    script.write_text(EXECUTOR)
+    script.chmod(0o644)
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(_config(shared_tmp, master.address)) as agent:
+            task = TaskInfo(
+                task_id="e", name="e", agent_id="agent-1", resources=mezzo.Resources(cpus=0.1, mem=16),
+                executor=ExecutorInfo(executor_id="whoami", framework_id=FRAMEWORK.framework_id,
+                                      command=CommandInfo(value=python[0], arguments=[*python[1:], str(script)],
+                                                          shell=False)))
+            master.agent.run_task(_framework(user), task)
+            final = await _final(master, "e", timeout=30)
+            pw = __import__("pwd").getpwnam(user)
+            assert name(final.state) == "TASK_FINISHED", final
+            assert final.data.decode() == f"{pw.pw_uid} {pw.pw_gid} {user} /nonexistent/{user}"
+            box = _sandbox(agent, "whoami")
+            assert box.stat().st_uid == pw.pw_uid
+        await master.close()
+
+    run(main(), timeout=60)
+
