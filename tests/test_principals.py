@@ -24,6 +24,7 @@ from mezzo import AgentInfo, FrameworkInfo, Resources
 from mezzo.master.acls import single_tenant
 from mezzo.services import AGENT, EXECUTOR, SCHEDULER
 from mezzo.testing import RawPeer, wait_for
+from mezzo.wire.ttypes import RunningTask
 
 from .test_custom_executor import UsesExecutor
 
@@ -153,7 +154,9 @@ def test_an_agent_cannot_report_on_another_agents_task_or_speak_for_its_executor
         fid = driver.framework_id
         (victim_task,) = cluster.state()["tasks"]
         attacker = RawPeer(cluster.master, AGENT, tls=cluster.client_tls("intruder"), timeout=10)
-        attacker.send("register_agent", AgentInfo(hostname="evil", port=5051, resources=Resources(cpus=1, mem=64)))
+        attacker.send(
+            "register_agent", AgentInfo(hostname="evil", port=5051, resources=Resources(cpus=1, mem=64))
+        )
         (own_id,) = attacker.expect("registered")
         forged = mezzo.TaskStatus(
             task_id=victim_task["id"],
@@ -175,6 +178,44 @@ def test_an_agent_cannot_report_on_another_agents_task_or_speak_for_its_executor
         assert [t["state"] for t in state["tasks"]] == ["TASK_RUNNING"]
         assert not any(mezzo.is_terminal(s.state) for s in sched.statuses)
         assert sched.messages == []
+    finally:
+        driver.stop()
+        driver.join()
+
+
+def test_a_principal_not_allowed_agents_cannot_charge_a_framework_for_made_up_tasks(mezzo_cluster) -> None:
+    """The probe re-registered a made-up agent reporting a task of 1,000,000 cpus for a
+    victim framework, so that DRF charged the victim and starved it. Now re-registering
+    is registering: the register_agents ACL (here: principal "agent" only) refuses
+    anyone else, before the report is read."""
+    cluster = mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01})
+    victim = Registers()
+    driver = mezzo.SchedulerDriver(
+        victim, FrameworkInfo(name="victim"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
+    driver.start()
+    try:
+        assert victim.up.wait(20)
+        fid = driver.framework_id
+        attacker = RawPeer(cluster.master, AGENT, tls=cluster.client_tls("intruder"), timeout=10)
+        huge = Resources(cpus=1_000_000, mem=1_000_000)
+        info = AgentInfo(agent_id="made-up-S9", hostname="evil", port=5051, resources=huge)
+        fake = RunningTask(
+            framework_id=fid,
+            task=mezzo.TaskInfo(
+                task_id="fake", agent_id="made-up-S9", resources=huge, command=mezzo.CommandInfo(value="true")
+            ),
+        )
+        attacker.send("reregister_agent", info, [fake], [], [FrameworkInfo(name="victim", framework_id=fid)])
+        with pytest.raises(RuntimeError, match="principal intruder may not register agents"):
+            attacker.expect("reregistered")
+        attacker.close()
+        state = cluster.state()
+        assert [a["hostname"] for a in state["agents"]] != ["evil"] and len(state["agents"]) == 1
+        (framework,) = state["frameworks"]
+        # Charged nothing: no task of it anywhere (its share is what it was offered).
+        assert framework["tasks"] == 0 and not any(framework["used"].values()) and state["tasks"] == []
+        assert any("action=reregister_agent" in line for line in audit_lines(cluster))
     finally:
         driver.stop()
         driver.join()

@@ -24,7 +24,17 @@ def teardown_cli(cluster, principal: str, framework_id: str, tmp_path) -> subpro
     config = tmp_path / f"{principal}.toml"
     config.write_text(tls_toml(cluster.client_tls(principal)))
     return subprocess.run(
-        [sys.executable, "-m", "mezzo", "teardown", framework_id, "--master", cluster.master, "--config", str(config)],
+        [
+            sys.executable,
+            "-m",
+            "mezzo",
+            "teardown",
+            framework_id,
+            "--master",
+            cluster.master,
+            "--config",
+            str(config),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -42,13 +52,17 @@ def test_an_operator_tears_a_framework_down_and_no_one_else_may(mezzo_cluster, t
                 continue
             launched.append(offer.agent_id)
             task = TaskInfo(
-                task_id="long", agent_id=offer.agent_id, resources=Resources(cpus=0.5, mem=32),
+                task_id="long",
+                agent_id=offer.agent_id,
+                resources=Resources(cpus=0.5, mem=32),
                 command=CommandInfo(value="sleep 300"),
             )
             driver.launch_tasks(offer.offer_id, [task], Filters(refuse_seconds=0))
 
     sched = Recorder(launch_once)
-    driver = mezzo.SchedulerDriver(sched, FrameworkInfo(name="victim"), cluster.master, tls=cluster.client_tls("fw-1"))
+    driver = mezzo.SchedulerDriver(
+        sched, FrameworkInfo(name="victim"), cluster.master, tls=cluster.client_tls("fw-1")
+    )
     driver.start()
     try:
         wait_for(lambda: "TASK_RUNNING" in sched.states_of("long"), 30, "the task to run")
@@ -60,7 +74,11 @@ def test_an_operator_tears_a_framework_down_and_no_one_else_may(mezzo_cluster, t
             f"mezzo teardown: teardown_framework: principal fw-1 may not tear down framework {fid} "
             "(registered by fw-1) (master.acls.teardown_frameworks)"
         ]
-        audit = [line for line in (cluster.dir / "master.log").read_text().splitlines() if "component=audit" in line]
+        audit = [
+            line
+            for line in (cluster.dir / "master.log").read_text().splitlines()
+            if "component=audit" in line
+        ]
         assert len(audit) == 1 and "action=teardown_framework" in audit[0] and "principal=fw-1" in audit[0]
         assert [f["id"] for f in cluster.state()["frameworks"]] == [fid]
 
