@@ -118,13 +118,15 @@ class OneTask(mezzo.Scheduler):
 
 @pytest.fixture
 def run_task():
-    """``run_task(cluster, command, **resources)`` starts a framework with one command
-    task and returns its :class:`OneTask`; the drivers are stopped at the end."""
+    """``run_task(cluster, command, user="", **resources)`` starts a framework (of unix user
+    ``user``; "": the driver's, this process's) with one command task and returns its
+    :class:`OneTask`; the drivers are stopped at the end."""
     drivers = []
 
-    def start(cluster: LocalProcessCluster, command: str, **resources) -> OneTask:
+    def start(cluster: LocalProcessCluster, command: str, user: str = "", **resources) -> OneTask:
         scheduler = OneTask(command, **resources)
-        driver = mezzo.SchedulerDriver(scheduler, mezzo.FrameworkInfo(name="lxc-test"), cluster.master)
+        info = mezzo.FrameworkInfo(name="lxc-test", user=user)
+        driver = mezzo.SchedulerDriver(scheduler, info, cluster.master)
         driver.start()
         drivers.append(driver)
         scheduler.driver = driver

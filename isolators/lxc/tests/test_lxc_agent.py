@@ -50,6 +50,27 @@ def test_a_command_runs_in_an_lxc_container_with_its_limits_and_exit_status(lxc_
     assert int(pid.split()[1]) < 10  # the shell is pid 2 (3 under the agent's exit wrapper)
 
 
+def test_a_task_of_another_user_runs_as_that_user_inside_its_container(lxc_cluster, run_task):
+    """``agent.switch_user`` (the agent is root): lxc-execute and the exit wrapper run as
+    root, and the command, inside the container, as the framework's user, with no
+    capability left; the container's limits apply to it as to any."""
+    cluster = lxc_cluster()
+    task = run_task(
+        cluster,
+        "id -un; readlink /proc/self/ns/pid; grep CapEff /proc/self/status; sleep 1",
+        user="nobody",
+        mem=64,
+    )
+    memory = wait_for(lambda: _payload("memory"), 15, "the container's payload cgroup")
+    wait_for(lambda: _read(f"{memory}/memory.limit_in_bytes") == str(64 * MB), 5, "the memory limit")
+    final = task.final()
+    assert mezzo.state_name(final.state) == "TASK_FINISHED", final
+    user, namespace, caps = final.data.decode().split("\n")[:3]
+    assert user == "nobody"
+    assert namespace != os.readlink("/proc/self/ns/pid")
+    assert caps.split() == ["CapEff:", "0000000000000000"]
+
+
 def test_a_task_over_its_memory_limit_fails_with_reason_memory_limit(lxc_cluster, run_task):
     cluster = lxc_cluster()
     task = run_task(cluster, f"{sys.executable} -c 'x = bytearray(300 * 2**20)'", mem=64)
