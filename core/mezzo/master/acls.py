@@ -160,6 +160,16 @@ class View:
     def everything(self) -> bool:
         return self.cluster and self.frameworks is None
 
+    @property
+    def nothing(self) -> bool:
+        """True when this viewer may see no part of the state: the caller is refused."""
+        if self.cluster or self.frameworks is None:
+            return False
+        if any(rule.allow and (rule.objects is None or rule.objects) for rule in self.frameworks):
+            return False  # some user's frameworks are shown
+        # Only deny rules (or allows of no one): what they leave open, permissive decides.
+        return not self.permissive
+
 
 FULL_VIEW = View(cluster=True, frameworks=None, permissive=True)
 """Everything: what a viewer sees where no ACL says otherwise."""

@@ -305,9 +305,14 @@ class Master:
             acls="rules" if self.acls.configured else ("allow all" if self.acls.permissive else "deny all"),
         )
         if not self.acls.configured and not self.acls.permissive:
+            why = (
+                "TLS is on and [master.acls] has no rules"
+                if self.tls is not None
+                else "master.acls.permissive is false and [master.acls] has no rules"
+            )
             log.warning(
-                "TLS is on and [master.acls] has no rules: every framework, agent and viewer will be "
-                "refused (with authentication on, the default is deny); see docs/security.md"
+                f"{why}: every framework, agent and viewer will be refused (the default is deny); "
+                "see docs/security.md"
             )
         if self.zk_url is None:
             self.lead()  # no await since binding: no call can have arrived before this

@@ -628,7 +628,7 @@ class MasterService:
 
         if view.everything:
             self._render_state(reply)
-        elif not view.cluster and view.frameworks == () and not view.permissive:
+        elif view.nothing:
             self._refuse_tool(conn, request_id, "request_state", principal, "view_cluster, view_frameworks")
         elif self._render_view is not None:
             self._render_view(view, reply)
