@@ -130,8 +130,8 @@ def _allows_every_object(rules: tuple[Rule, ...], permissive: bool) -> bool:
     for rule in rules:
         if rule.objects is None:
             return rule.allow  # it decides every object the rules before it left open
-        if not rule.allow:
-            return False  # it refuses some object
+        if not rule.allow and rule.objects:
+            return False  # it may refuse some object (unless an allow before it took it)
     return permissive
 
 
