@@ -17,6 +17,7 @@ directory is root's, 0700): otherwise no task user could reach its sandbox by pa
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import sysconfig
 import tempfile
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 
@@ -41,6 +43,7 @@ from agent_harness import (
 
 import mezzo
 from mezzo.agent.exit_wrapper import exit_file_for, read_exit_file
+from mezzo.agent.work_dir import untraversable_ancestor
 from mezzo.wire.ttypes import CommandInfo, ExecutorInfo, FrameworkInfo, TaskInfo
 
 pytestmark = pytest.mark.skipif(
@@ -78,10 +81,6 @@ def make_user():
         subprocess.run(["userdel", user], check=False, capture_output=True)
 
 
-def _config(base: Path, master: str, **overrides):
-    return agent_config(base, master, **overrides)
-
-
 def _framework(user: str = "", fid: str = FRAMEWORK.framework_id) -> FrameworkInfo:
     return FrameworkInfo(name="switch-user-test", framework_id=fid, user=user)
 
@@ -99,14 +98,14 @@ async def _final(master: ScriptedMaster, task_id: str, timeout: float = 15.0):
 def test_a_task_with_no_user_runs_as_nobody_in_a_sandbox_of_its_own(shared_tmp):
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             master.agent.run_task(_framework(), command_task(
                 "t", 'id -un; id -gn; echo "$HOME $USER $LOGNAME"; id -un > "$MEZZO_SANDBOX/who"'))
             final = await _final(master, "t")
             assert name(final.state) == "TASK_FINISHED", final
             assert final.data.decode().splitlines() == ["nobody", "nogroup", "/nonexistent nobody nobody"]
             box = _sandbox(agent, "t")
-            nobody = __import__("pwd").getpwnam("nobody")
+            nobody = pwd.getpwnam("nobody")
             st = box.stat()
             assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (nobody.pw_uid, nobody.pw_gid, 0o750)
             assert (box / "who").read_text() == "nobody\n" and (box / "who").stat().st_uid == nobody.pw_uid
@@ -128,7 +127,7 @@ def test_the_framework_user_and_the_command_user_are_honoured(shared_tmp, make_u
 
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             master.agent.run_task(_framework(user), command_task("fw", "id -un; echo $HOME"))
             master.agent.run_task(_framework(user), command_task("cmd", "id -un", user="daemon"))
             # The command's environment wins over the user's identity variables.
@@ -137,7 +136,7 @@ def test_the_framework_user_and_the_command_user_are_honoured(shared_tmp, make_u
             assert (name(fw.state), fw.data) == ("TASK_FINISHED", f"{user}\n/nonexistent/{user}\n".encode())
             assert (name(cmd.state), cmd.data) == ("TASK_FINISHED", b"daemon\n")
             assert env.data == b"/x\n"
-            assert _sandbox(agent, "cmd").stat().st_uid == __import__("pwd").getpwnam("daemon").pw_uid
+            assert _sandbox(agent, "cmd").stat().st_uid == pwd.getpwnam("daemon").pw_uid
         await master.close()
 
     run(main())
@@ -148,7 +147,7 @@ def test_a_task_cannot_read_or_find_another_users_sandbox(shared_tmp, make_user)
 
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             master.agent.run_task(_framework(user), command_task(
                 "secret", "echo s3cret > secret; while [ ! -e done ]; do sleep 0.05; done"))
             await master.wait_state("secret", "TASK_RUNNING")
@@ -179,7 +178,7 @@ def test_a_task_cannot_read_or_find_another_users_sandbox(shared_tmp, make_user)
 def test_an_unknown_user_fails_the_task_naming_the_user_and_the_agent(shared_tmp):
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             master.agent.run_task(_framework("no-such-user-mezzo"), command_task("t", "true"))
             final = await _final(master, "t")
             assert name(final.state) == "TASK_FAILED"
@@ -206,7 +205,7 @@ def test_an_unknown_user_fails_the_task_naming_the_user_and_the_agent(shared_tmp
 def test_switch_user_off_runs_tasks_as_root(shared_tmp):
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address, switch_user=False)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address, switch_user=False)) as agent:
             master.agent.run_task(_framework("nobody"), command_task("t", "id -u"))
             final = await _final(master, "t")
             assert (name(final.state), final.data) == ("TASK_FINISHED", b"0\n")
@@ -224,7 +223,7 @@ def test_without_checkpointing_the_child_drops_to_the_user_itself(shared_tmp):
 
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address, checkpoint=False)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address, checkpoint=False)) as agent:
             master.agent.run_task(_framework(), command_task(
                 "t", "id -un; id -G; grep -E '^(Uid|Gid|CapEff)' /proc/self/status"))
             final = await _final(master, "t")
@@ -251,7 +250,7 @@ def test_the_exit_status_is_out_of_the_task_users_reach(shared_tmp):
         secret = shared_tmp / "root-only"
         secret.write_text("root's secret\n")
         secret.chmod(0o600)
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             command = textwrap.dedent(f"""\
                 exit_file="$MEZZO_SANDBOX.mezzo-exit"
                 {{
@@ -285,7 +284,7 @@ def test_the_exit_status_is_out_of_the_task_users_reach(shared_tmp):
 def test_a_task_for_an_executor_of_another_user_is_refused(shared_tmp):
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)):
+        async with running_agent(agent_config(shared_tmp, master.address)):
             def task(tid: str, user: str) -> TaskInfo:
                 return TaskInfo(task_id=tid, name=tid, agent_id="agent-1", resources=mezzo.Resources(cpus=0.1, mem=16),
                                 executor=ExecutorInfo(executor_id="x", framework_id=FRAMEWORK.framework_id,
@@ -347,7 +346,7 @@ def test_a_custom_executor_runs_as_its_user_and_registers_with_its_token(shared_
 
     async def main():
         master = await ScriptedMaster().start()
-        async with running_agent(_config(shared_tmp, master.address)) as agent:
+        async with running_agent(agent_config(shared_tmp, master.address)) as agent:
             task = TaskInfo(
                 task_id="e", name="e", agent_id="agent-1", resources=mezzo.Resources(cpus=0.1, mem=16),
                 executor=ExecutorInfo(executor_id="whoami", framework_id=FRAMEWORK.framework_id,
@@ -355,7 +354,7 @@ def test_a_custom_executor_runs_as_its_user_and_registers_with_its_token(shared_
                                                           shell=False)))
             master.agent.run_task(_framework(user), task)
             final = await _final(master, "e", timeout=30)
-            pw = __import__("pwd").getpwnam(user)
+            pw = pwd.getpwnam(user)
             assert name(final.state) == "TASK_FINISHED", final
             assert final.data.decode() == f"{pw.pw_uid} {pw.pw_gid} {user} /nonexistent/{user}"
             box = _sandbox(agent, "whoami")
@@ -364,3 +363,80 @@ def test_a_custom_executor_runs_as_its_user_and_registers_with_its_token(shared_
 
     run(main(), timeout=60)
 
+
+
+class OneExecutorTask(mezzo.Scheduler):
+    """Launches one task on a custom executor running ``argv`` and keeps its final update."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.launched = False
+        self.final = None
+        self.done = threading.Event()
+
+    def resource_offers(self, driver, offers):
+        for offer in offers:
+            if self.launched:
+                driver.decline_offer(offer.offer_id, mezzo.Filters(refuse_seconds=60))
+                continue
+            self.launched = True
+            executor = ExecutorInfo(executor_id="whoami", command=CommandInfo(
+                value=self.argv[0], arguments=self.argv[1:], shell=False), resources=mezzo.Resources(cpus=0.1, mem=32))
+            driver.launch_tasks([offer.offer_id], [TaskInfo(task_id="e", name="e", agent_id=offer.agent_id,
+                                                            resources=mezzo.Resources(cpus=0.1, mem=16),
+                                                            executor=executor)])
+
+    def status_update(self, driver, status):
+        if mezzo.is_terminal(status.state):
+            self.final = status
+            self.done.set()
+
+
+TLS_EXECUTOR = '''
+import os
+import mezzo
+from mezzo import TaskState, TaskStatus
+
+
+class WhoAmI(mezzo.Executor):
+    def launch_task(self, driver, task):
+        said = f"{os.getuid()} {os.environ['MEZZO_TLS_CA']}"
+        driver.send_status_update(TaskStatus(task_id=task.task_id, state=TaskState.TASK_FINISHED, data=said.encode()))
+
+
+mezzo.ExecutorDriver(WhoAmI()).run()
+'''
+
+
+def test_an_executor_of_another_user_checks_its_tls_agent_against_a_copy_of_the_ca(
+        shared_tmp, make_user, mezzo_cluster):
+    """The agent's CA may be where only root reads it (here, as in ``mezzo local``: a tls
+    directory, 0700): an executor of another user gets a copy in its sandbox, and reaches
+    its agent over TLS."""
+    user = make_user()
+    python = _interpreter_for(user)
+    if python is None:
+        pytest.skip(f"no Python with mezzo that user {user!r} may run (this one is not theirs to run)")
+    script = shared_tmp / "tls_executor.py"
+    script.write_text(TLS_EXECUTOR)
+    script.chmod(0o644)
+    cluster = mezzo_cluster(agents=1, tls=True, master={"allocation_interval": 0.01},
+                            directory=str(shared_tmp / "cluster"))
+    assert cluster.tls is not None and untraversable_ancestor(cluster.tls.ca)  # out of the user's reach
+    sched = OneExecutorTask([*python, str(script)])
+    driver = mezzo.SchedulerDriver(sched, FrameworkInfo(name="tls-user", user=user), cluster.master,
+                                   tls=cluster.client_tls("fw-1"))
+    driver.start()
+    try:
+        assert sched.done.wait(30), "the executor's task did not end"
+    finally:
+        driver.stop()
+        driver.join()
+    final = sched.final
+    stderr = [p.read_text()[-2000:] for p in cluster.dir.glob("agent-1/frameworks/*/executors/*/runs/*/stderr")]
+    assert name(final.state) == "TASK_FINISHED", (final, stderr)
+    uid, ca = final.data.decode().split()
+    assert int(uid) == pwd.getpwnam(user).pw_uid
+    copy = Path(ca)
+    assert copy.name == ".mezzo-tls-ca.pem" and copy.parent.stat().st_uid == int(uid)
+    assert copy.read_bytes() == Path(cluster.tls.ca).read_bytes()

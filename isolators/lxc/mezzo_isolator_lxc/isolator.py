@@ -28,8 +28,11 @@ How the agent's process handling carries over:
   (after ``kill_grace_period``) reaches lxc-execute, init and the command alike, since
   they are its descendants.
 - With ``agent.checkpoint`` the agent's exit-status wrapper runs *inside* the container
-  (``wrapper + /bin/sh -c EXIT_WRAPPER ...``): its exit file is on the shared root file
-  system, where a restarted agent finds it.
+  (``wrapper + /bin/sh -c EXIT_WRAPPER ...``): its exit file (beside the sandbox) is on the
+  shared root file system, where a restarted agent finds it.
+- A task run as its own user (``agent.switch_user``): lxc-execute, init and the exit wrapper
+  run as root, and ``setpriv`` inside the container switches to the user right before the
+  command (``... EXIT_WRAPPER ... setpriv ... -- ARGV``); nothing here changes for it.
 
 Error handling: at construction (agent start-up) the isolator checks that it can work
 here — root, the cgroup v1 controllers, lxc-execute present, and one trial container
