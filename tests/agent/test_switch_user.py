@@ -44,6 +44,7 @@ from agent_harness import (
 import mezzo
 from mezzo.agent.exit_wrapper import exit_file_for, read_exit_file
 from mezzo.agent.work_dir import untraversable_ancestor
+from mezzo.testing import to_toml
 from mezzo.wire.ttypes import CommandInfo, ExecutorInfo, FrameworkInfo, TaskInfo
 
 pytestmark = pytest.mark.skipif(
@@ -440,3 +441,47 @@ def test_an_executor_of_another_user_checks_its_tls_agent_against_a_copy_of_the_
     copy = Path(ca)
     assert copy.name == ".mezzo-tls-ca.pem" and copy.parent.stat().st_uid == int(uid)
     assert copy.read_bytes() == Path(cluster.tls.ca).read_bytes()
+
+
+def test_an_agent_not_running_as_root_runs_tasks_as_itself_and_says_so_once(shared_tmp, make_user):
+    """switch_user on (the default), the agent a plain user's: one warning at start, and a
+    task naming another user runs as the agent's user in a private work dir."""
+    user = make_user()
+    pw = pwd.getpwnam(user)
+    python = _interpreter_for(user)
+    if python is None:
+        pytest.skip(f"no Python with mezzo that user {user!r} may run (this one is not theirs to run)")
+    home = shared_tmp / "agent"
+    home.mkdir()
+    os.chown(home, pw.pw_uid, pw.pw_gid)
+
+    async def main():
+        master = await ScriptedMaster().start()
+        config = home / "mezzo.toml"
+        config.write_text(to_toml({"agent": {
+            "master": master.address, "listen": "127.0.0.1:0", "hostname": "test-host",
+            "work_dir": str(home / "work"), "resources": "cpus:1;mem:256", "reconnect_interval": 0.05}}))
+        log = shared_tmp / "agent.log"
+        site = sysconfig.get_paths()["purelib"]
+        code = (f"import site, runpy, sys; site.addsitedir({site!r}); "
+                f"sys.argv = ['mezzo', 'agent', '--config', {str(config)!r}]; runpy.run_module('mezzo', run_name='__main__')")
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--",
+                 python[0], "-c", code],
+                stdout=out, stderr=subprocess.STDOUT, cwd=home, start_new_session=True,
+                env={"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1"})
+        try:
+            await wait_until(lambda: master.called("register_agent"), 20, "the agent to register")
+            master.agent.run_task(_framework("daemon"), command_task("t", "id -un"))
+            final = await _final(master, "t")
+            assert (name(final.state), final.data) == ("TASK_FINISHED", f"{user}\n".encode())
+            said = log.read_text()
+            assert said.count("agent.switch_user is on but the agent does not run as root") == 1, said
+            assert stat.S_IMODE((home / "work").stat().st_mode) == 0o700
+        finally:
+            proc.terminate()
+            proc.wait(20)
+            await master.close()
+
+    run(main(), timeout=60)
