@@ -485,3 +485,23 @@ def test_an_agent_not_running_as_root_runs_tasks_as_itself_and_says_so_once(shar
             await master.close()
 
     run(main(), timeout=60)
+
+
+def test_variables_that_steer_a_shell_never_reach_the_root_exit_wrapper(shared_tmp):
+    """Where /bin/sh is bash, an exported function or SHELLOPTS=xtrace with a PS4 of the
+    framework's would run in the exit wrapper, as root: a switched task's environment
+    loses them (its other variables it keeps)."""
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(agent_config(shared_tmp, master.address)):
+            environment = {"BASH_FUNC_echo%%": "() { id > /tmp/owned; }", "SHELLOPTS": "xtrace",
+                           "PS4": "$(id > /tmp/owned)", "BASH_ENV": "/tmp/x", "ENV": "/tmp/x", "KEPT": "yes"}
+            master.agent.run_task(_framework(), command_task("t", "env", environment=environment))
+            final = await _final(master, "t")
+            names = {line.split("=", 1)[0] for line in final.data.decode().splitlines()}
+            assert "KEPT" in names
+            assert not names & {"BASH_FUNC_echo%%", "SHELLOPTS", "PS4", "BASH_ENV", "ENV"}, names
+        await master.close()
+
+    run(main())

@@ -28,7 +28,11 @@ must not be able to forge; so the switch is the last step before the command, ne
 
 The container's ``stdout`` and ``stderr`` are given to that user; the agent opens and
 reads them assuming the user may have replaced them (:func:`~.work_dir.open_output`,
-:func:`~.work_dir.read_tail`).
+:func:`~.work_dir.read_tail`). The root exit wrapper runs ``/bin/sh`` with the task's
+environment, which the framework chose: where ``/bin/sh`` is bash, exported functions
+(``BASH_FUNC_*``) and ``SHELLOPTS`` (with ``PS4``) would run the framework's code in it as
+root, so a switched container's environment loses :data:`SHELL_STARTUP_VARIABLES` (dash,
+Debian's ``/bin/sh``, reads none of them).
 
 Error handling: a ``prepare`` or ``isolate`` that raises fails the launch with
 :class:`LaunchError` naming the isolator, after the isolators that had already
@@ -79,6 +83,10 @@ log = structlog.get_logger("mezzo.agent", component="agent")
 
 SPAWNER_THREADS = 4
 """Threads that fork and exec container processes."""
+
+SHELL_STARTUP_VARIABLES = ("SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "PS4")
+"""Variables (with every ``BASH_FUNC_*``) that steer how a shell starts, dropped from the
+environment of a container run as another user, whose exit wrapper shell runs as root."""
 
 SETTLE_TIMEOUT = 1.0
 """Seconds :meth:`RunningContainer.terminate` waits at most for the command of a container
@@ -362,6 +370,8 @@ class Containerizer:
         container knows its leader's start time."""
         prepared: list[Isolator] = []
         running: RunningContainer | None = None
+        if container.launch.user is not None:
+            container.launch.env = _without_shell_startup(container.launch.env)
         try:
             preexec_owners: dict[int, str] = {}
             for iso in self.isolators:
@@ -655,6 +665,13 @@ async def _reap(running: RunningContainer) -> None:
         await asyncio.shield(running.wait())
     except asyncio.CancelledError:
         pass
+
+
+def _without_shell_startup(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without :data:`SHELL_STARTUP_VARIABLES` and ``BASH_FUNC_*``."""
+    return {
+        k: v for k, v in env.items() if k not in SHELL_STARTUP_VARIABLES and not k.startswith("BASH_FUNC_")
+    }
 
 
 def _finite(value: object) -> bool:
