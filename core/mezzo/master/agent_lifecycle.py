@@ -375,8 +375,9 @@ class AgentLifecycle:
                 tr.message, tr.reason = latest.message or "", latest.reason or ""
             if is_terminal(task_state):
                 # Its end is still being reported: nothing to hold, but reconciliation
-                # must know how it ended.
+                # must know how it ended, and the report, from this agent, must go on.
                 state.completed_tasks.append(tr)
+                agent.unadopted_tasks.add((fid, t.task_id))
                 continue
             if t.executor is not None and (fid, tr.executor_id) in refused_executors:
                 refused.add((fid, t.task_id))
@@ -414,7 +415,7 @@ class AgentLifecycle:
             short=short,
             total=str(agent.total),
         )
-        agent.refused_tasks.add((task.framework_id, task.id))
+        agent.unadopted_tasks.add((task.framework_id, task.id))
         self.state.outbox.agent(agent.conn).kill_task(
             task.framework_id, task.id, KillPolicy(reason=OVERCOMMITTED, message=message)
         )

@@ -73,12 +73,12 @@ class AgentRecord:
         "offers",
         "pending_kills",
         "principal",
-        "refused_tasks",
         "registered_at",
         "removal_handle",
         "statistics",
         "tasks",
         "total",
+        "unadopted_tasks",
     )
 
     def __init__(
@@ -117,10 +117,11 @@ class AgentRecord:
         """The agent's latest container usage report (``container_statistics``)."""
         self.pending_kills: set[tuple[str, str]] = set()
         """(framework id, task id) of kills asked for while the agent was disconnected."""
-        self.refused_tasks: set[tuple[str, str]] = set()
+        self.unadopted_tasks: set[tuple[str, str]] = set()
         """(framework id, task id) of tasks it reported at re-registration that were not
-        adopted (they did not fit) and that it was told to kill: their end, from this
-        agent, still goes to their framework. As many as its report named, at most."""
+        adopted (ended already, or did not fit and it was told to kill them): their end,
+        from this agent, still goes to their framework. As many as its report named, at
+        most; each is forgotten once its end is reported."""
         self.principal: str | None = None
         """Who registered it (its connection's TLS certificate); only that principal may
         re-register this agent id. None: registered without one."""

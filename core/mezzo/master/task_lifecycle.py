@@ -213,7 +213,8 @@ class TaskLifecycle:
         Yes for the resend of an update this master forwarded or holds (the task ended
         and was released; the scheduler's acknowledgement is not back yet: its uuid is
         random, so only the agent that sent it knows it) and for the end of a task its
-        re-registration reported but that was not adopted (:attr:`AgentRecord.refused_tasks`).
+        re-registration reported but that was not adopted (:attr:`AgentRecord.unadopted_tasks`:
+        it had ended, or did not fit).
         Anything else is refused, logged for the audit, and acknowledged to the agent
         (so that it stops re-sending): the framework's scheduler would believe it,
         and no agent reports on another's tasks (the finding of issue 15)."""
@@ -221,9 +222,9 @@ class TaskLifecycle:
         uuid = status.uuid
         if uuid and (record.forwarded.knows(uuid) or uuid in record.held_updates):
             return True
-        if key in agent.refused_tasks:
+        if key in agent.unadopted_tasks:
             if is_terminal(status.state):
-                agent.refused_tasks.discard(key)
+                agent.unadopted_tasks.discard(key)
             return True
         held = record.tasks.get(status.task_id)
         where = f"agent {held.agent_id}" if held is not None else "no agent (unknown or ended)"
