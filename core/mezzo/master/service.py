@@ -628,9 +628,9 @@ class MasterService:
 
         if view.everything:
             self._render_state(reply)
-        elif view.nothing:
+        elif view.nothing or self._render_view is None:  # None: a service that renders no parts
             self._refuse_tool(conn, request_id, "request_state", principal, "view_cluster, view_frameworks")
-        elif self._render_view is not None:
+        else:
             self._render_view(view, reply)
 
     def request_metrics(self, conn: Any, request_id: int) -> None:
