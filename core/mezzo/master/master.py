@@ -482,6 +482,7 @@ class Master:
             "state_snapshots_deferred": self.snapshots.deferred,
             "statistics_shed": term.service.statistics_shed,
             "status_resends_not_forwarded": term.tasks.resends_not_forwarded,
+            "status_updates_dropped": term.tasks.updates_dropped,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
             "connections": self.connection_limiter.stats(),
