@@ -146,15 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "shares, tasks, outstanding offers) as JSON.",
     )
     _common(p)
-    p.add_argument(
-        "--master",
-        metavar="HOST:PORT|zk://HOST:PORT/PATH",
-        default=None,
-        help="master, or the ZooKeeper its masters elect through: asks the leader (default 127.0.0.1:5050)",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)"
-    )
+    _tool_flags(p)
     p.add_argument(
         "--agent",
         metavar="HOST:PORT",
@@ -179,15 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(p)
     p.add_argument("framework_id", metavar="FRAMEWORK_ID", help="the framework's id (see mezzo state)")
-    p.add_argument(
-        "--master",
-        metavar="HOST:PORT|zk://HOST:PORT/PATH",
-        default=None,
-        help="master, or the ZooKeeper its masters elect through: asks the leader (default 127.0.0.1:5050)",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)"
-    )
+    _tool_flags(p)
     p.set_defaults(func=commands.teardown)
 
     p = sub.add_parser(
@@ -227,6 +211,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace certificates that exist already")
     p.set_defaults(func=commands.certs)
     return parser
+
+
+def _tool_flags(p: argparse.ArgumentParser) -> None:
+    """What the commands asking a master (``state``, ``teardown``) share."""
+    p.add_argument(
+        "--master",
+        metavar="HOST:PORT|zk://HOST:PORT/PATH",
+        default=None,
+        help="master, or the ZooKeeper its masters elect through: asks the leader (default 127.0.0.1:5050)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="give up after this long (default 10)"
+    )
 
 
 def _agent_flags(p: argparse.ArgumentParser) -> None:
