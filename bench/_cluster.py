@@ -36,10 +36,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mezzo.acls import single_tenant
+from mezzo.acls import to_toml as acls_toml
 from mezzo.certs import principal_tls, tls_toml
 from mezzo.config import TlsConfig
-from mezzo.master.acls import single_tenant
-from mezzo.master.acls import to_toml as acls_toml
 from mezzo.state_client import MasterUnreachable, fetch_metrics
 from mezzo.testing import ZooKeeperServer, free_port
 

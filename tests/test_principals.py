@@ -21,7 +21,7 @@ import pytest
 
 import mezzo
 from mezzo import AgentInfo, FrameworkInfo, Resources
-from mezzo.master.acls import single_tenant
+from mezzo.acls import single_tenant
 from mezzo.services import AGENT, EXECUTOR, SCHEDULER
 from mezzo.testing import RawPeer, wait_for
 from mezzo.wire.ttypes import RunningTask

@@ -54,7 +54,7 @@ from .errors import ConfigError
 from .resources import InvalidResources, Resources
 
 if TYPE_CHECKING:
-    from .master.acls import Acls
+    from .acls import Acls
 
 CONFIG_ENV = "MEZZO_CONFIG"
 
@@ -268,7 +268,7 @@ class MasterConfig:
     revocation_policy: RevocationPolicyConfig = field(default_factory=RevocationPolicyConfig)
     acls: Acls = field(default_factory=lambda: _parse_acls({}, "master.acls"))
     """``[master.acls]``: who may register frameworks in which roles, run tasks as which
-    users, register agents, tear down and view whose frameworks (:mod:`mezzo.master.acls`).
+    users, register agents, tear down and view whose frameworks (:mod:`mezzo.acls`).
     No rule decides: ``acls.permissive``, by default deny under TLS and allow without."""
 
 
@@ -573,7 +573,7 @@ _NESTED = {
 
 def _parse_acls(value: Any, dotted: str) -> Acls:
     """``[master.acls]`` (imported here, so that reading a configuration loads no master code)."""
-    from .master.acls import parse
+    from .acls import parse
 
     return parse(value, dotted)
 

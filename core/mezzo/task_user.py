@@ -1,6 +1,6 @@
 """Which unix user a task runs as: one rule, applied alike by the master and the agents.
 
-The master checks the user against the ``run_tasks`` ACL (:mod:`mezzo.master.acls`)
+The master checks the user against the ``run_tasks`` ACL (:mod:`mezzo.acls`)
 and an agent running as root switches to it (``agent.switch_user``); both must
 reach the same name from the same messages, hence this one function.
 """

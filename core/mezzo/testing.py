@@ -185,7 +185,7 @@ class LocalProcessCluster:
             if "acls" not in config["master"]:
                 # The default deny of a TLS master, opened to this harness's principals:
                 # the agents register as agents, any certified client runs frameworks.
-                from .master.acls import single_tenant
+                from .acls import single_tenant
 
                 acls = single_tenant(agents=["agent"], operators=["operator"])
                 config["master"] = {**config["master"], "acls": acls}

@@ -16,6 +16,7 @@ directory is root's, 0700): otherwise no task user could reach its sandbox by pa
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import shutil
@@ -304,14 +305,56 @@ def test_a_task_for_an_executor_of_another_user_is_refused(shared_tmp):
 # -- a custom executor as another user ---------------------------------------------------
 
 
+_IMPORTABLE: list[Path] = []
+"""The directory of :func:`_importable_copy`, made once per test session."""
+
+_EXECUTOR_IMPORTS = "import mezzo, mezzo.driver, structlog; mezzo.ExecutorDriver"
+"""What an executor written with mezzo imports."""
+_COPIED_IMPORTS = f"{_EXECUTOR_IMPORTS}; import mezzo.cli.main, mezzo.plugins; mezzo.plugins.load_plugins()"
+"""What is copied: an executor's imports, and an agent's with its plugins (found through their
+distributions' entry points, so the ``.dist-info`` directories are copied too)."""
+
+
+def _importable_copy() -> Path:
+    """mezzo and the packages an executor imports, copied into a directory (root's, 0755)
+    that any user may read: the checkout and its venv may lie below a directory only root
+    may pass (a CI clone, ``mktemp -d``, /root), and this test must not depend on where."""
+    if _IMPORTABLE:
+        return _IMPORTABLE[0]
+    probe = (
+        f"import sys; {_COPIED_IMPORTS}\n"
+        "for name, module in list(sys.modules.items()):\n"
+        "    path = getattr(module, '__file__', None) or ''\n"
+        "    if '.' not in name and path and not path.startswith(sys.base_prefix):\n"
+        "        print(path)\n"
+    )
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    dest = Path(tempfile.mkdtemp(prefix="mezzo-importable-"))
+    atexit.register(shutil.rmtree, dest, True)
+    dest.chmod(0o755)
+    for line in found.stdout.split():
+        path = Path(line)
+        if path.name == "__init__.py":
+            shutil.copytree(path.parent, dest / path.parent.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(path, dest / path.name)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for info in purelib.glob("*.dist-info"):
+        shutil.copytree(info, dest / info.name, dirs_exist_ok=True)
+    for copied in dest.rglob("*"):
+        copied.chmod(0o755 if copied.is_dir() else 0o644)
+    _IMPORTABLE.append(dest)
+    return dest
+
+
 def _interpreter_for(user: str) -> list[str] | None:
     """An argv prefix running Python with mezzo importable, as ``user``: this interpreter if
-    that user may run it, else the system's python3 of the same version with this
-    environment's site-packages added (the test interpreter may live under /root, 0700)."""
+    that user may run it, else the system's python3 of the same version (the test
+    interpreter may live under /root, 0700), with :func:`_importable_copy` on its path."""
     candidates = [sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"]
-    site = sysconfig.get_paths()["purelib"]
+    site = str(_importable_copy())
     for python in candidates:
-        argv = [python, "-c", f"import site; site.addsitedir({site!r}); import mezzo"]
+        argv = [python, "-c", f"import site; site.addsitedir({site!r}); {_EXECUTOR_IMPORTS}"]
         probe = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *argv],
                                capture_output=True, cwd="/")
         if probe.returncode == 0:
@@ -462,7 +505,7 @@ def test_an_agent_not_running_as_root_runs_tasks_as_itself_and_says_so_once(shar
             "master": master.address, "listen": "127.0.0.1:0", "hostname": "test-host",
             "work_dir": str(home / "work"), "resources": "cpus:1;mem:256", "reconnect_interval": 0.05}}))
         log = shared_tmp / "agent.log"
-        site = sysconfig.get_paths()["purelib"]
+        site = str(_importable_copy())
         code = (f"import site, runpy, sys; site.addsitedir({site!r}); "
                 f"sys.argv = ['mezzo', 'agent', '--config', {str(config)!r}]; runpy.run_module('mezzo', run_name='__main__')")
         with open(log, "wb") as out:

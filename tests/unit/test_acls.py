@@ -1,4 +1,4 @@
-"""The master's ACLs as pure logic (:mod:`mezzo.master.acls`, issue 15).
+"""The master's ACLs as pure logic (:mod:`mezzo.acls`, issue 15).
 
 What the module docstring promises: ``parse`` of ``[master.acls]`` (and through
 :func:`mezzo.config.from_dict`, with the dotted key of every bad shape), first-match
@@ -19,9 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mezzo.config import from_dict
-from mezzo.errors import ConfigError
-from mezzo.master.acls import (
+from mezzo.acls import (
     ACTIONS,
     ANY,
     FULL_VIEW,
@@ -33,6 +31,8 @@ from mezzo.master.acls import (
     single_tenant,
     to_toml,
 )
+from mezzo.config import from_dict
+from mezzo.errors import ConfigError
 
 # -- parse: good tables --------------------------------------------------------------
 

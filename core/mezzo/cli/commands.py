@@ -129,7 +129,7 @@ def local(args: argparse.Namespace) -> int:
         if not cfg.master.acls.configured and cfg.master.acls.permissive is None:
             # Authentication on and the default deny: the principals it just made get
             # exactly what a one-person cluster needs, nobody else anything.
-            from ..master.acls import parse, single_tenant
+            from ..acls import parse, single_tenant
 
             cfg.master.acls = parse(
                 single_tenant(agents=["agent"], operators=["operator"], frameworks=["operator"])

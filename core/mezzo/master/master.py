@@ -36,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from ..acls import View
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig, TlsConfig, parse_min_offer
 from ..errors import MezzoError
@@ -47,7 +48,6 @@ from ..rpc.codec import Utf8Text
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from ..zk.client import UnprotectedPath
-from .acls import View
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
 from .call_rates import CallRates

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from ..acls import FULL_VIEW, PERMISSIVE, Acls, View
 from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
 from ..rpc.codec import Utf8Text
 from ..services import AGENT, SCHEDULER, TOOL
@@ -50,7 +51,6 @@ from ..wire.ttypes import (
     TaskInfo,
     TaskStatus,
 )
-from .acls import FULL_VIEW, PERMISSIVE, Acls, View
 from .audit import principal_of, refused
 from .call_rates import CallRates, Verdict
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag

@@ -13,9 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import state_name
+from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
-from .acls import FULL_VIEW, View
 
 if TYPE_CHECKING:
     from .master import Master

@@ -27,7 +27,7 @@ from .records import AgentRecord, FrameworkRecord, TaskRecord
 from .registry import REFUSE
 
 if TYPE_CHECKING:
-    from .acls import Acls
+    from ..acls import Acls
     from .recovery import Recovery
     from .state import ClusterState
 

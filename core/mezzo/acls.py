@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 ANY = "*"
 """In place of a rule's ``principals`` or object list: matches every one (a principal:
