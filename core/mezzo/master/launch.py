@@ -21,7 +21,7 @@ Rules, in the order they are checked (the first failing rule answers the task):
    description is forwarded to its agent and kept there and in the agent's journal,
    so one framework must not make either hold unbounded memory); its unix user
    (:func:`mezzo.task_user.task_user`) one the framework's principal may run tasks
-   as (``may_run_as``: the ``run_tasks`` ACL, :mod:`.acls`).
+   as (``may_run_as``: the ``run_tasks`` ACL, :mod:`mezzo.acls`).
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class Master:
         self.acls = config.acls.for_tls(self.tls is not None)
         """Who may do what (``[master.acls]``): with TLS on and no ``permissive``, deny by default."""
         self._view_snapshots: dict[View, StateSnapshots] = {}
-        """Snapshots of the part of the state some viewers see (:meth:`.acls.Acls.view_of`),
+        """Snapshots of the part of the state some viewers see (:meth:`mezzo.acls.Acls.view_of`),
         one per distinct view: as many as the ACLs can make, never more than their rules."""
         self._server: Listener | None = None
         self._election: LeaderElection | None = None

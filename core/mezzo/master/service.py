@@ -105,7 +105,7 @@ class MasterService:
         self._metrics = metrics
         self._saturated = saturated
         self.acls = acls
-        """Who may do what (``[master.acls]``, :mod:`.acls`), decided for this master's TLS."""
+        """Who may do what (``[master.acls]``, :mod:`mezzo.acls`), decided for this master's TLS."""
         self._render_view = render_view
         """Renders the part of the state a viewer who may not see everything sees."""
         self.statistics_shed = 0

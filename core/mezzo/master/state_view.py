@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     """The state as JSON-ready dicts, as much of it as ``view`` shows (see
-    :meth:`.acls.Acls.view_of`): without ``view.cluster`` no master settings and no
+    :meth:`mezzo.acls.Acls.view_of`): without ``view.cluster`` no master settings and no
     agents; only the frameworks whose user the view shows, and their tasks and
     offers. Task environments and data are never part of the state."""
     if not view.everything:
