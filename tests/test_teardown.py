@@ -72,7 +72,7 @@ def test_an_operator_tears_a_framework_down_and_no_one_else_may(mezzo_cluster, t
         assert refused.returncode == 2, refused
         assert refused.stderr.strip().splitlines() == [
             f"mezzo teardown: teardown_framework: principal fw-1 may not tear down framework {fid} "
-            "(registered by fw-1) (master.acls.teardown_frameworks)"
+            "(master.acls.teardown_frameworks)"
         ]
         audit = [
             line
@@ -81,6 +81,10 @@ def test_an_operator_tears_a_framework_down_and_no_one_else_may(mezzo_cluster, t
         ]
         assert len(audit) == 1 and "action=teardown_framework" in audit[0] and "principal=fw-1" in audit[0]
         assert [f["id"] for f in cluster.state()["frameworks"]] == [fid]
+
+        # Nor may it learn which ids exist: an unknown one gets the same refusal.
+        probing = teardown_cli(cluster, "fw-1", "no-such-framework", tmp_path)
+        assert probing.returncode == 2 and "may not tear down framework no-such-framework" in probing.stderr
 
         unknown = teardown_cli(cluster, "operator", "no-such-framework", tmp_path)
         assert unknown.returncode == 2 and "no framework 'no-such-framework' is registered" in unknown.stderr

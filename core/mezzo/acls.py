@@ -115,6 +115,12 @@ class Acls:
                 return rule.allow
         return bool(self.permissive)
 
+    def allows_some(self, action: str, principal: str | None) -> bool:
+        """Whether ``principal`` may do ``action`` on at least one object: a caller who may
+        not is refused before anything is looked up for it (nor told what exists)."""
+        about = tuple(r for r in self.rules.get(action, ()) if r.names(principal))
+        return _allows_some_object(about, bool(self.permissive))
+
     def view_of(self, principal: str | None) -> View:
         """What ``principal`` sees of the state (``view_frameworks``, ``view_cluster``)."""
         about = tuple(r for r in self.rules.get("view_frameworks", ()) if r.names(principal))
@@ -132,6 +138,16 @@ def _allows_every_object(rules: tuple[Rule, ...], permissive: bool) -> bool:
             return rule.allow  # it decides every object the rules before it left open
         if not rule.allow and rule.objects:
             return False  # it may refuse some object (unless an allow before it took it)
+    return permissive
+
+
+def _allows_some_object(rules: tuple[Rule, ...], permissive: bool) -> bool:
+    """Whether ``rules`` (all naming one principal), then ``permissive``, allow some object."""
+    for rule in rules:
+        if rule.objects is None:
+            return rule.allow  # it decides every object the rules before it left open
+        if rule.allow and rule.objects:
+            return True
     return permissive
 
 
@@ -165,10 +181,7 @@ class View:
         """True when this viewer may see no part of the state: the caller is refused."""
         if self.cluster or self.frameworks is None:
             return False
-        if any(rule.allow and (rule.objects is None or rule.objects) for rule in self.frameworks):
-            return False  # some user's frameworks are shown
-        # Only deny rules (or allows of no one): what they leave open, permissive decides.
-        return not self.permissive
+        return not _allows_some_object(self.frameworks, self.permissive)
 
 
 FULL_VIEW = View(cluster=True, frameworks=None, permissive=True)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..acls import FULL_VIEW, PERMISSIVE, Acls, View
+from ..acls import PERMISSIVE, Acls, View
 from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
 from ..rpc.codec import Utf8Text
 from ..services import AGENT, SCHEDULER, TOOL
@@ -621,7 +621,7 @@ class MasterService:
         """The state as JSON, as much of it as the caller may see (``view_cluster``,
         ``view_frameworks``); a caller who may see none of it is answered ``error``."""
         principal = principal_of(conn)
-        view = self.acls.view_of(principal) if self.acls.configured or not self.acls.permissive else FULL_VIEW
+        view = self.acls.view_of(principal)
 
         def reply(text: Utf8Text) -> None:
             conn.send(TOOL.encode_with_text("state", (request_id,), text))
@@ -645,26 +645,29 @@ class MasterService:
         killed, id refused from now on), and its scheduler hears ``error``. Only a
         principal the ``teardown_frameworks`` ACL allows for the framework's principal."""
         tool = conn.remote(TOOL)
-        record = self.state.frameworks.get(framework_id) if isinstance(framework_id, str) else None
-        if record is None:
-            tool.error(request_id, f"teardown_framework: no framework {framework_id!r} is registered")
-            return
         principal = principal_of(conn)
         who = principal or "a caller without a certificate"
-        if not self.acls.allows("teardown_frameworks", principal, record.principal):
-            owner = record.principal or "a caller without a certificate"
+        record = self.state.frameworks.get(framework_id) if isinstance(framework_id, str) else None
+        if not self.acls.allows_some("teardown_frameworks", principal) or (
+            record is not None and not self.acls.allows("teardown_frameworks", principal, record.principal)
+        ):
+            # Whether the framework exists, and whose it is, go to the audit line only.
+            owner = "unknown" if record is None else (record.principal or "a caller without a certificate")
             refused(
                 "teardown_framework",
                 principal,
-                f"framework {framework_id}",
-                f"registered by {owner}",
+                f"framework {framework_id!s:.100}",
+                f"owner {owner}",
                 conn.peer,
             )
             tool.error(
                 request_id,
-                f"teardown_framework: principal {who} may not tear down framework {framework_id} "
-                f"(registered by {owner}) (master.acls.teardown_frameworks)",
+                f"teardown_framework: principal {who} may not tear down framework {framework_id!s:.100} "
+                "(master.acls.teardown_frameworks)",
             )
+            return
+        if record is None:
+            tool.error(request_id, f"teardown_framework: no framework {str(framework_id)[:100]!r} is registered")
             return
         tasks = len(record.tasks)
         scheduler = record.conn
