@@ -667,7 +667,9 @@ class MasterService:
             )
             return
         if record is None:
-            tool.error(request_id, f"teardown_framework: no framework {str(framework_id)[:100]!r} is registered")
+            tool.error(
+                request_id, f"teardown_framework: no framework {str(framework_id)[:100]!r} is registered"
+            )
             return
         tasks = len(record.tasks)
         scheduler = record.conn
