@@ -36,7 +36,7 @@ def _populate(cp: Checkpoint) -> None:
     cp.pid("fw-1", "cmd", checkpoint.TASK, 4242, 777)
     cp.update(_status("cmd", TaskState.TASK_RUNNING, "u2"))
     cp.ack("fw-1", "cmd", "u1")
-    cp.executor("fw-1", _task("e1", executor=True).executor, "c2", "/box/c2")
+    cp.executor("fw-1", _task("e1", executor=True).executor, "c2", "/box/c2", token="t0ken")
     cp.pid("fw-1", "ex", checkpoint.EXECUTOR, 4343, 888)
     cp.task("fw-1", _task("e1", executor=True), executor_id="ex", launched=False)
     cp.task("fw-1", _task("e2", executor=True), executor_id="ex", launched=True)
@@ -63,6 +63,7 @@ def _check_populated(state: checkpoint.CheckpointState) -> None:
     (ex,) = state.executors.values()
     assert ex.info == _task("e1", executor=True).executor
     assert ex.container == checkpoint.ContainerEntry("c2", "/box/c2", 4343, 888)
+    assert ex.token == "t0ken"  # else a restarted agent would let any process register as it
     assert not state.problems
 
 

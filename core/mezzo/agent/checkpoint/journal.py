@@ -588,7 +588,7 @@ class Checkpoint:
         if self.enabled:
             header = {"f": framework_id, "e": info.executor_id, "c": container_id, "s": sandbox}
             if token:
-                header["k"] = token
+                header["tok"] = token  # not "k": every record's header has its kind there
             self._append("executor", header, info)
 
     def executor_gone(self, framework_id: str, executor_id: str) -> None:

@@ -188,7 +188,7 @@ class CheckpointState:
                 h["e"],
                 blob,
                 ContainerEntry(h["c"], h["s"], int(h.get("pid", 0)), int(h.get("st", 0))),
-                token=str(h.get("k", "")),
+                token=str(h.get("tok", "")),
             )
         elif kind == "executor_gone":
             self.executors.pop((h["f"], h["e"]), None)
@@ -282,6 +282,8 @@ class CheckpointState:
                 "pid": c.pid,
                 "st": c.start_time,
             }
+            if ex.token:
+                header["tok"] = ex.token  # compaction keeps the token, or a restart would forget it
             return [("executor", header, ex.info)]
         fid, tid = entity[1], entity[2]
         t = self.tasks.get((fid, tid))
