@@ -548,3 +548,24 @@ def test_variables_that_steer_a_shell_never_reach_the_root_exit_wrapper(shared_t
         await master.close()
 
     run(main())
+
+
+def test_loader_variables_are_refused_where_a_root_wrapper_would_obey_them(shared_tmp):
+    """The dynamic loader honours LD_PRELOAD and its kin for root: set on a switched task,
+    the root exit wrapper (or setpriv) would load the framework's library as root. Such
+    a task fails to launch with a message naming the variable; without them it runs."""
+
+    async def main():
+        master = await ScriptedMaster().start()
+        async with running_agent(agent_config(shared_tmp, master.address)):
+            planted = {"LD_PRELOAD": "/tmp/evil.so", "GCONV_PATH": "/tmp", "KEPT": "yes"}
+            master.agent.run_task(_framework(), command_task("t", "id -un", environment=planted))
+            final = await _final(master, "t")
+            assert name(final.state) != "TASK_FINISHED", final
+            assert "GCONV_PATH, LD_PRELOAD" in final.message and "root wrapper" in final.message, final
+            master.agent.run_task(_framework(), command_task("ok", "id -un", environment={"KEPT": "yes"}))
+            ok = await _final(master, "ok")
+            assert (name(ok.state), ok.data) == ("TASK_FINISHED", b"nobody\n")
+        await master.close()
+
+    run(main())

@@ -88,6 +88,27 @@ SHELL_STARTUP_VARIABLES = ("SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "PS4")
 """Variables (with every ``BASH_FUNC_*``) that steer how a shell starts, dropped from the
 environment of a container run as another user, whose exit wrapper shell runs as root."""
 
+LOADER_VARIABLES = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+    }
+)
+"""With every ``LD_*``: the variables glibc ignores in setuid programs because they make
+it load or read files a user chose. A container switched to another user may not set
+them while a root stage (the exit wrapper, an isolator's wrapper, setpriv) runs first with
+its environment (:meth:`Containerizer._spawn`)."""
+
 SETTLE_TIMEOUT = 1.0
 """Seconds :meth:`RunningContainer.terminate` waits at most for the command of a container
 just launched to be reachable by a signal before sending SIGTERM regardless."""
@@ -420,6 +441,16 @@ class Containerizer:
         # The user switch comes last (see the module docstring): in the child after the
         # preexec functions when it execs the command itself, else setpriv inside the wrappers.
         drop_in_child = launch.user is not None and not wrapped and not launch.wrapper
+        if launch.user is not None and not drop_in_child:
+            # Root runs the wrappers and setpriv with the task's environment: the dynamic
+            # loader would run a library the user names there as root.
+            unsafe = sorted(k for k in launch.env if k.startswith("LD_") or k in LOADER_VARIABLES)
+            if unsafe:
+                raise LaunchError(
+                    f"the environment sets {', '.join(unsafe)}, which the agent's root wrapper would "
+                    f"obey before switching to user {launch.user.name!r}; set it inside the command "
+                    "(sh -c 'VAR=... exec PROGRAM') instead"
+                )
         if launch.user is not None and not drop_in_child and command:
             try:
                 command = [*switch_argv(launch.user), *command]
