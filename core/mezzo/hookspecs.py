@@ -459,6 +459,11 @@ class RunAs:
     """Supplementary groups (the primary one included)."""
     home: str
 
+    @property
+    def owner(self) -> tuple[int, int]:
+        """``(uid, gid)``: who the container's files are given to."""
+        return self.uid, self.gid
+
 
 @dataclass
 class ContainerLaunch:

@@ -736,7 +736,8 @@ class Agent:
                     f"executor {task.executor.executor_id!r} is shutting down",
                 )
                 return
-            if run is not None and self.switches_users and task_user(framework, task) != run.user_name:
+            user = task_user(framework, task) if run is not None and self.switches_users else None
+            if user is not None and run is not None and user != run.user_name:
                 # The master checked the task's user against its ACLs; the executor would run
                 # it as another one.
                 self._reject(
@@ -745,7 +746,7 @@ class Agent:
                     TaskState.TASK_ERROR,
                     "executor_user_mismatch",
                     f"executor {task.executor.executor_id!r} runs as user {run.user_name!r}, "
-                    f"not as {task_user(framework, task)!r}, the task's user",
+                    f"not as {user!r}, the task's user",
                 )
                 return
         # Bounded by agent.max_journal_bytes: refused rather than growing the journal

@@ -175,7 +175,7 @@ class ContainerRun:
                 self.framework_id,
                 self.ident,
                 self.container_id,
-                owner=(run_as.uid, run_as.gid) if run_as is not None else None,
+                owner=run_as.owner if run_as is not None else None,
             )
             self._sandbox_ready()
         except OSError as exc:

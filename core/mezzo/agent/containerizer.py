@@ -606,7 +606,7 @@ def _start(
 ) -> subprocess.Popen:
     # The container's own output files in its sandbox, its user's: never written through
     # a symlink, nor anything but a file of the agent's or that user's.
-    owner: Owner | None = (launch.user.uid, launch.user.gid) if launch.user is not None else None
+    owner: Owner | None = launch.user.owner if launch.user is not None else None
     preexec = _chain(launch.preexec, preexec_owners, become_user) if launch.preexec or become_user else None
     with (
         os.fdopen(open_output(stdout, owner), "ab") as out,

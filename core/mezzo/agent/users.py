@@ -5,7 +5,7 @@ command task and each executor as the user :func:`mezzo.task_user.task_user` nam
 command's, else the framework's, else ``nobody``); otherwise everything runs as the
 agent's own user::
 
-    switching = switches_users(config)            # switch_user on and the agent is root
+    switching = switches_users(config.switch_user)  # switch_user on and the agent is root
     user = resolve("etl")                         # UnknownUser if this host has no "etl"
     launch = ContainerLaunch(..., user=user)      # the containerizer drops to it last
 
