@@ -456,6 +456,8 @@ class Master:
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "messages_received": TRAFFIC.received,
             "messages_sent": TRAFFIC.sent,
+            "transport_reads": TRAFFIC.reads,
+            "transport_writes": TRAFFIC.writes,
             "allocation_cycles": totals.cycles,
             "allocation_seconds": round(totals.seconds, 6),
             "allocation_cycles_failed": totals.failed,

@@ -53,17 +53,22 @@ log = structlog.get_logger("mezzo.rpc")
 
 
 class Traffic:
-    """Messages received and sent by this process over all its connections.
+    """Messages received and sent by this process over all its connections, and the
+    reads and writes that carried them.
 
-    Read by the master's metrics; two integer increments per message are the
-    cheapest way to know the message rate the brief's scale targets are about.
+    Read by the master's metrics; an integer increment per message is the cheapest
+    way to know the message rate the brief's scale targets are about. Reads and
+    writes are what TLS pays for (a record each, whatever its size), so their
+    ratio to messages says how well sends are coalesced.
     """
 
-    __slots__ = ("received", "sent")
+    __slots__ = ("received", "sent", "reads", "writes")
 
     def __init__(self) -> None:
         self.received = 0
         self.sent = 0
+        self.reads = 0
+        self.writes = 0
 
 
 TRAFFIC = Traffic()
@@ -186,6 +191,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_received = now = self._loop.time()
+        TRAFFIC.reads += 1
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as exc:
@@ -451,6 +457,7 @@ class Connection(asyncio.Protocol):
         data = b"".join(self._outbox) if len(self._outbox) > 1 else self._outbox[0]
         self._outbox.clear()
         self._bytes_out += len(data)
+        TRAFFIC.writes += 1
         self._transport.write(data)
 
     def close(self) -> None:

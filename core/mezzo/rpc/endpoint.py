@@ -23,6 +23,7 @@ from .limits import ConnectionLimiter
 from .listener import Listener, bind
 from .offload import OFFLOAD
 from .tls import ClientTls, ServerTls, dial_failure
+from .tls_stream import dial_tls
 
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
@@ -110,9 +111,7 @@ async def connect(
         _transport, conn = await loop.create_connection(make, host, port)
         return conn
     try:
-        _transport, conn = await loop.create_connection(
-            make, host, port, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout
-        )
-    except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as exc:
+        conn = await dial_tls(loop, make, host, port, tls.context, tls.handshake_timeout)
+    except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, TimeoutError) as exc:
         raise dial_failure(exc, host, port) from None
     return conn

@@ -40,6 +40,7 @@ import structlog
 from .connection import Connection
 from .limits import ConnectionLimiter
 from .tls import ServerTls, handshake_refusal
+from .tls_stream import accept_tls
 
 log = structlog.get_logger("mezzo.rpc")
 
@@ -158,18 +159,20 @@ class Listener:
             if tls is None:
                 await self._loop.connect_accepted_socket(factory, sock)
             else:
-                await self._loop.connect_accepted_socket(
-                    factory, sock, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout
-                )
+                await accept_tls(self._loop, factory, sock, tls.context, tls.handshake_timeout)
         except Exception as exc:  # the peer left during set-up, or worse
             # Once made, the connection's transport owns the socket, and its loss
-            # gives the slot back; before that, both are ours to give back.
-            if not (made and (made[0]._transport is not None or made[0].closed.done())):
+            # gives the slot back; before that, both are ours to give back (a failed
+            # TLS handshake has closed the socket already).
+            if made and (made[0]._transport is not None or made[0].closed.done()):
+                log.info("could not start a connection", error=str(exc) or type(exc).__name__)
+                return
+            if tls is None:
                 sock.close()
-                if self._limiter is not None:
-                    self._limiter.abandon(address)
-            if tls is not None and not (made and made[0]._transport is not None):
-                # The factory runs before the handshake, connection_made after it.
+            if self._limiter is not None:
+                self._limiter.abandon(address)
+            if tls is not None:
+                # The connection is made once the handshake has succeeded, so this is its failure.
                 self._refusals.note(handshake_refusal(exc), f"{peer[0]}:{peer[1]}", self._loop.time())
             else:
                 log.info("could not start a connection", error=str(exc) or type(exc).__name__)
