@@ -14,7 +14,8 @@ import time
 
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
-from mezzo.rpc import connect
+from mezzo.acls import single_tenant
+from mezzo.rpc import client_tls, connect
 from mezzo.services import AGENT, MASTER, SCHEDULER
 from mezzo.state_client import fetch_state
 from mezzo.testing import wait_for
@@ -207,3 +208,42 @@ def test_a_leader_that_loses_its_session_steps_down_and_refuses(ha_cluster, driv
     # The cluster carries on with the new leader.
     assert fetch_state(cluster.master)["master"]["address"] == new_address
     assert [f["connected"] for f in fetch_state(cluster.master)["frameworks"]] == [True]
+
+
+def test_after_failover_only_the_principal_that_registered_an_agent_may_take_it_back(ha_cluster):
+    """The new leader knows each admitted agent's principal from the registry's znode
+    names: another agent principal cannot re-register the id (and take its tasks and
+    resources) in the moments before the real agent is back (issue 15)."""
+    acls = single_tenant(agents=["agent", "rogue"], operators=["operator"])
+    cluster = ha_cluster(agents=1, tls=True, master={"acls": acls})
+    old = cluster.leader()
+    (real,) = cluster.state()["agents"]
+    agent = cluster.procs["agent-1"]
+    os.kill(agent.pid, signal.SIGSTOP)  # the real agent cannot come back before the rogue tries
+    try:
+        cluster.kill(old, signal.SIGKILL)
+        wait_for(lambda: cluster.leader() != old, 20, "a new leader")
+        leader = f"127.0.0.1:{cluster.master_ports[cluster.leader()]}"
+        claim = AgentInfo(
+            agent_id=real["id"], hostname="rogue", port=1, resources=WireResources(scalars={"cpus": 1})
+        )
+
+        async def reregister():
+            host, port = leader.rsplit(":", 1)
+            answers = _Answers()
+            conn = await connect(
+                host, int(port), AGENT, answers, tls=client_tls(cluster.client_tls("rogue"))
+            )
+            conn.remote(MASTER).reregister_agent(claim, [], [], [])
+            await asyncio.sleep(0.5)
+            conn.close()
+            return answers.calls
+
+        calls = asyncio.run(reregister())
+        assert calls and calls[0][0] == "error", calls
+        assert "belongs to another principal" in calls[0][1][0]
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    state = cluster.wait_for_agents(1)
+    (back,) = state["agents"]
+    assert back["id"] == real["id"] and back["hostname"] == real["hostname"]  # the real one, not the rogue

@@ -95,7 +95,7 @@ class AgentLifecycle:
                 state.outbox.agent(link).registered(aid)
                 state.request_allocation()
 
-        state.registry.admit(aid, admitted)
+        state.registry.admit(aid, record.principal, admitted)
         return record
 
     def reregister(
@@ -233,7 +233,7 @@ class AgentLifecycle:
         aid = agent.id
         del self.adopting[aid]
         agent.connected = True
-        state.registry.admit(aid, _ignore)
+        state.registry.admit(aid, agent.principal, _ignore)
         self.recovery.agent_back(aid)
         state.outbox.agent(job.link).reregistered(aid)
         state.request_allocation()

@@ -5,15 +5,61 @@ not its own) is logged here, with the principal, the action and the object, unde
 the logger ``mezzo.audit`` (``component=audit``), so that operators can route it
 apart from the rest of the log. The caller also answers the peer with an error:
 the audit line is for the operator, the error for the one refused.
+
+A peer refused in a loop would fill the disk with audit lines, so each kind of
+refusal (action, principal, reason) is logged at most :data:`BURST` times per
+:data:`WINDOW` seconds; the first line after a quiet spell says how many were left
+out (``suppressed``). The objects refused are not part of the kind: a peer cannot
+make every line new by asking about a new id each time.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 log = structlog.get_logger("mezzo.audit", component="audit")
+
+BURST = 20
+"""Audit lines of one kind of refusal logged per :data:`WINDOW`."""
+WINDOW = 10.0
+"""Seconds over which :data:`BURST` lines of a kind may be logged."""
+KINDS_MAX = 4_096
+"""Kinds of refusal tracked at once; past it the counts start over (a few strings each)."""
+
+
+class AuditLimiter:
+    """Counts refusals of each kind per window; see the module docstring."""
+
+    __slots__ = ("_clock", "_windows")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._windows: dict[tuple, list] = {}
+        """kind -> [window start, lines logged in it, refusals left out since the last line]"""
+
+    def admit(self, kind: tuple) -> int | None:
+        """None when this refusal is not to be logged; else how many were left out before it."""
+        now = self._clock()
+        window = self._windows.get(kind)
+        if window is None or now - window[0] >= WINDOW:
+            if window is None and len(self._windows) >= KINDS_MAX:
+                self._windows.clear()
+            suppressed = window[2] if window is not None else 0
+            self._windows[kind] = [now, 1, 0]
+            return suppressed
+        if window[1] >= BURST:
+            window[2] += 1
+            return None
+        window[1] += 1
+        suppressed, window[2] = window[2], 0
+        return suppressed
+
+
+LIMITER = AuditLimiter()
 
 
 def principal_of(link: Any) -> str | None:
@@ -22,5 +68,10 @@ def principal_of(link: Any) -> str | None:
 
 
 def refused(action: str, principal: str | None, obj: str, reason: str, peer: str = "?") -> None:
-    """Log that ``principal`` (None: no certificate) was refused ``action`` on ``obj``."""
-    log.warning("refused", action=action, principal=principal, object=obj, reason=reason, peer=peer)
+    """Log that ``principal`` (None: no certificate) was refused ``action`` on ``obj``
+    (unless that kind of refusal was logged :data:`BURST` times in this window)."""
+    suppressed = LIMITER.admit((action, principal, reason))
+    if suppressed is None:
+        return
+    extra = {"suppressed": suppressed} if suppressed else {}
+    log.warning("refused", action=action, principal=principal, object=obj, reason=reason, peer=peer, **extra)

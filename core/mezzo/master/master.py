@@ -351,7 +351,7 @@ class Master:
         # kazoo's thread: read the admitted agents before taking over, so the loop
         # never blocks on ZooKeeper.
         assert self._loop is not None and isinstance(self.registry, ZkRegistry)
-        admitted = self.registry.load()
+        admitted = set(self.registry.load())
         self._loop.call_soon_threadsafe(self.lead, admitted)
 
     def _demoted(self, reason: str) -> None:

@@ -15,6 +15,15 @@ in which case it must start over as a new agent instead of resurrecting them.
 
 Both answer :meth:`verdict` from memory, so re-registering 4,000 agents costs no
 ZooKeeper round trip; only admitting and removing write.
+
+Both also remember each admitted agent's *owner*: the principal (TLS certificate
+name) that registered it, which alone may re-register it (issue 15). A lone
+master's records hold that already; the ZooKeeper registry keeps it in the znode's
+name, ``<agent id>@<principal, percent-encoded>``, so that a new leader knows it
+from the one listing it reads when elected (data under 20,000 znodes would be
+20,000 reads) and an agent principal cannot take over another's agent in the
+moments after a failover, before the real one is back. Znodes written before
+owners were recorded (no ``@``) have none: the first principal back takes them.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, unquote
 
 import structlog
 
@@ -34,26 +44,43 @@ REMEMBER_REMOVED = 100_000
 """Removed agent ids a :class:`MemoryRegistry` remembers (oldest forgotten first)."""
 
 
+def node_name(agent_id: str, owner: str | None) -> str:
+    """The znode name of an admitted agent: its id, and its owner if it has one."""
+    return agent_id if owner is None else f"{agent_id}@{quote(owner, safe='')}"
+
+
+def parse_node_name(name: str) -> tuple[str, str | None]:
+    """``(agent id, owner)`` from a znode name (owner None for a name without one)."""
+    agent_id, sep, owner = name.partition("@")
+    return (agent_id, unquote(owner)) if sep else (name, None)
+
+
 class MemoryRegistry:
     """Admitted agents of a lone master, in memory."""
 
     authoritative = False
 
     def __init__(self) -> None:
-        self.admitted: set[str] = set()
+        self.admitted: dict[str, str | None] = {}
+        """Admitted agent ids and their owners."""
         self._removed: OrderedDict[str, None] = OrderedDict()
 
     def verdict(self, agent_id: str) -> str:
         """Whether an agent re-registering as ``agent_id`` may come back."""
         return REFUSE if agent_id in self._removed else WELCOME
 
-    def admit(self, agent_id: str, done: Callable[[bool], None]) -> None:
-        """Record ``agent_id``; ``done(True)`` once it is recorded (here: at once)."""
-        self.admitted.add(agent_id)
+    def owner(self, agent_id: str) -> str | None:
+        """The principal that registered ``agent_id``, if known (None: anyone admitted may)."""
+        return self.admitted.get(agent_id)
+
+    def admit(self, agent_id: str, owner: str | None, done: Callable[[bool], None]) -> None:
+        """Record ``agent_id``, registered by ``owner``; ``done(True)`` once it is
+        recorded (here: at once)."""
+        self.admitted.setdefault(agent_id, owner)
         done(True)
 
     def remove(self, agent_id: str) -> None:
-        self.admitted.discard(agent_id)
+        self.admitted.pop(agent_id, None)
         self._removed[agent_id] = None
         if len(self._removed) > REMEMBER_REMOVED:
             self._removed.popitem(last=False)
@@ -72,27 +99,32 @@ class ZkRegistry:
         self._zk = client
         self.path = f"{path}/agents"
         self._call_soon = call_soon
-        self.admitted: set[str] = set()
+        self.admitted: dict[str, str | None] = {}
+        """Admitted agent ids and their owners."""
 
-    def load(self) -> set[str]:
+    def load(self) -> dict[str, str | None]:
         """Read the list (blocking: call it off the event loop, when elected)."""
         self._zk.ensure_path(self.path)
-        self.admitted = set(self._zk.get_children(self.path))
-        return set(self.admitted)
+        self.admitted = dict(parse_node_name(name) for name in self._zk.get_children(self.path))
+        return dict(self.admitted)
 
     def verdict(self, agent_id: str) -> str:
         return WELCOME if agent_id in self.admitted else REFUSE
 
-    def admit(self, agent_id: str, done: Callable[[bool], None]) -> None:
+    def owner(self, agent_id: str) -> str | None:
+        return self.admitted.get(agent_id)
+
+    def admit(self, agent_id: str, owner: str | None, done: Callable[[bool], None]) -> None:
         """Create the agent's znode; ``done(ok)`` on the loop once ZooKeeper answered.
 
-        An agent already listed costs nothing: after a failover thousands re-register
-        at once, and a write each had been half the new leader's work (bench/failover.py).
+        An agent already listed costs nothing (its owner stays what was written):
+        after a failover thousands re-register at once, and a write each had been
+        half the new leader's work (bench/failover.py).
         """
         if agent_id in self.admitted:
             done(True)
             return
-        self.admitted.add(agent_id)
+        self.admitted[agent_id] = owner
 
         def written(result: Any) -> None:
             from kazoo.exceptions import NodeExistsError
@@ -107,10 +139,12 @@ class ZkRegistry:
                 ok = False
             self._call_soon(done, ok)
 
-        self._zk.create_async(f"{self.path}/{agent_id}", b"").rawlink(written)
+        self._zk.create_async(f"{self.path}/{node_name(agent_id, owner)}", b"").rawlink(written)
 
     def remove(self, agent_id: str) -> None:
-        self.admitted.discard(agent_id)
+        if agent_id not in self.admitted:
+            return
+        owner = self.admitted.pop(agent_id)
 
         def deleted(result: Any) -> None:
             from kazoo.exceptions import NoNodeError
@@ -122,4 +156,4 @@ class ZkRegistry:
             except Exception as exc:  # noqa: BLE001
                 log.error("cannot remove a lost agent from ZooKeeper", agent=agent_id, error=repr(exc))
 
-        self._zk.delete_async(f"{self.path}/{agent_id}").rawlink(deleted)
+        self._zk.delete_async(f"{self.path}/{node_name(agent_id, owner)}").rawlink(deleted)

@@ -474,7 +474,9 @@ class MasterService:
             return
         known = self.state.agents.get(aid)
         principal = principal_of(conn)
-        if known is not None and known.principal is not None and principal != known.principal:
+        # After a failover the agent is not known here yet, but the registry says who registered it.
+        owner = known.principal if known is not None else self.state.registry.owner(aid)
+        if owner is not None and principal != owner:
             # Re-registering an agent id re-binds its tasks and resources to this
             # connection: only the agent that registered it may.
             refused("reregister_agent", principal, f"agent {aid}", "not its principal", conn.peer)
