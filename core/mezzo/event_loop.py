@@ -1,11 +1,13 @@
 """The event loop a daemon runs on: ``master.event_loop`` = "uvloop" or "asyncio".
 
-uvloop (libuv, in Cython) runs the same asyncio code with its own transports, and
-its TLS transport does in C what asyncio's does in Python for every read and write.
-At Fig. 10's 20,000 agents (bench/tls_cost.py, docs/benchmarks.md) the master spent
-65.7 % of a core without TLS and 76.8 % with it on uvloop, against 70.0 % and 86.6 %
-on asyncio's own loop. The master therefore runs on uvloop by default; "asyncio" is
-there for platforms without uvloop and for telling a uvloop problem from ours.
+uvloop (libuv, in Cython) runs the same asyncio code with its own transports, whose
+reads, writes and timers cost less than asyncio's Python ones. At Fig. 10's 20,000
+agents (bench/tls_cost.py, docs/benchmarks.md, first measured with each loop's own TLS
+transport) the master spent 65.7 % of a core without TLS and 76.8 % with it on uvloop,
+against 70.0 % and 86.6 % on asyncio's own loop. TLS now runs the same on both
+(:mod:`mezzo.rpc.tls_stream`). The master therefore runs on uvloop by default;
+"asyncio" is there for platforms without uvloop and for telling a uvloop problem from
+ours.
 
 Only the master chooses: agents run task processes and isolators whose signal and
 child handling have only been tested on asyncio's loop.
