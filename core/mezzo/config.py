@@ -179,6 +179,16 @@ def check_connections(table: ConnectionsConfig, prefix: str) -> None:
 
 
 @dataclass
+class HttpConfig:
+    """``[master.http]``: the HTTP API, served at the master's own port (``listen``):
+    a connection whose first bytes are an HTTP request is answered in HTTP, with
+    TLS when the port has it, within ``[master.connections]``' bounds (:mod:`mezzo.http`)."""
+
+    enabled: bool = True
+    """Answer HTTP at the port; off, such a connection is closed like any bad peer."""
+
+
+@dataclass
 class MasterConfig:
     listen: str = "127.0.0.1:5050"
     """Address the master binds."""
@@ -236,6 +246,8 @@ class MasterConfig:
     """Largest message accepted; bigger frames close the connection."""
     connections: ConnectionsConfig = field(default_factory=ConnectionsConfig)
     """Bounds on the connections of the master's port."""
+    http: HttpConfig = field(default_factory=HttpConfig)
+    """The HTTP API at the master's port."""
     max_task_data_bytes: int = 1024 * 1024
     """Largest ``TaskInfo.data`` a launch may carry; a bigger task is TASK_ERROR
     ``task_data_too_large`` (the agent keeps it in memory and in its journal)."""
@@ -564,6 +576,7 @@ _NESTED = {
     "AllocatorConfig": AllocatorConfig,
     "RevocationPolicyConfig": RevocationPolicyConfig,
     "ConnectionsConfig": ConnectionsConfig,
+    "HttpConfig": HttpConfig,
     "MasterConfig": MasterConfig,
     "AgentConfig": AgentConfig,
     "LogConfig": LogConfig,

@@ -41,6 +41,9 @@ from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig, TlsConfig, parse_min_offer
 from ..errors import MezzoError
 from ..heap import tune_gc
+from ..http.link import http_handoff
+from ..http.master_api import master_app
+from ..http.server import HttpServer
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
 from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
@@ -132,6 +135,8 @@ class Master:
         """Snapshots of the part of the state some viewers see (:meth:`mezzo.acls.Acls.view_of`),
         one per distinct view: as many as the ACLs can make, never more than their rules."""
         self._server: Listener | None = None
+        self._http: HttpServer | None = None
+        """The HTTP API sharing the port (``[master.http]``)."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -280,6 +285,11 @@ class Master:
         """
         self._loop = loop = asyncio.get_running_loop()
         host, port = parse_address(self.config.listen, 5050)
+        handoff = None
+        if self.config.http.enabled:
+            self._http = HttpServer(master_app(self))
+            await self._http.start()
+            handoff = http_handoff(self._http.handler, self.connection_limiter)
         self._server = await serve(
             host,
             port,
@@ -288,6 +298,7 @@ class Master:
             max_frame=self.config.max_frame_bytes,
             limiter=self.connection_limiter,
             tls=self._server_tls,
+            handoff=handoff,
         )
         bound = self._server.sockets[0].getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
@@ -427,6 +438,9 @@ class Master:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         log.info("master stopped", address=self.address)
 
     def _request_view(self, view: View, reply: Callable[[Utf8Text], None]) -> None:

@@ -131,6 +131,7 @@ class Connection(asyncio.Protocol):
         limiter: ConnectionLimiter | None = None,
         address: str = "",
         offload: OffLoopDecoder | None = None,
+        handoff: Callable[[Connection], asyncio.Protocol] | None = None,
     ) -> None:
         self.schema = schema
         self.handler = handler
@@ -172,6 +173,9 @@ class Connection(asyncio.Protocol):
         self.last_received = self._loop.time()
         """Loop time of the last bytes from the peer (the master's agent health check)."""
         self.closed: asyncio.Future[None] = self._loop.create_future()
+        self._handoff = handoff
+        """Makes the protocol that takes over a socket whose first byte is a letter (an
+        HTTP request at this port); None once the first bytes came, or when there is none."""
 
     # -- asyncio.Protocol -------------------------------------------------
 
@@ -192,6 +196,12 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_received = now = self._loop.time()
         TRAFFIC.reads += 1
+        if self._handoff is not None:
+            handoff, self._handoff = self._handoff, None
+            # No frame starts with a letter: its length would be over 1 GiB.
+            if data[:1].isalpha():
+                self._hand_over(handoff(self), data)
+                return
         try:
             frames = self._decoder.feed(data)
         except FrameTooLarge as exc:
@@ -218,6 +228,21 @@ class Connection(asyncio.Protocol):
                 return  # dropped for its incomplete frame: its messages are not served
         TRAFFIC.received += len(frames)
         self._serve(frames)
+
+    def _hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
+        """Give the socket (and its admission slot) to ``protocol``, which gets ``data``
+        first: this connection is done with, its handler never having heard of it."""
+        transport = self._transport
+        assert transport is not None
+        self._transport = None
+        self._closing = True
+        if self._limiter is not None:
+            self._limiter.handed_over(self, protocol, self._loop.time())  # type: ignore[arg-type]
+        if not self.closed.done():
+            self.closed.set_result(None)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(data)
 
     def _serve(self, frames: Iterable[bytes]) -> None:
         """Handle ``frames`` in order, until one goes to the worker, reading is held

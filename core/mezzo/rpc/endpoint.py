@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from .codec import ServiceSchema
@@ -63,6 +64,7 @@ async def serve(
     max_frame: int = DEFAULT_MAX_FRAME,
     limiter: ConnectionLimiter | None = None,
     tls: ServerTls | None = None,
+    handoff: Callable[[Connection], asyncio.Protocol] | None = None,
 ) -> Listener:
     """Listen on ``host:port`` (port 0 picks a free one) dispatching to ``handler``.
 
@@ -72,7 +74,9 @@ async def serve(
     ``tls.handshake_timeout`` (the limiter counts it meanwhile). Frames too big to
     decode without holding the loop are decoded on the
     process's worker thread (:mod:`.offload`). The result stands in for an
-    ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``.
+    ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``. With ``handoff``, a
+    connection whose first byte is a letter is given to the protocol it makes (the
+    HTTP API sharing the port, :mod:`mezzo.http`), within the same bounds.
     """
     loop = asyncio.get_running_loop()
     # After a master failover every agent and scheduler dials the new leader at
@@ -82,7 +86,14 @@ async def serve(
     return Listener(
         sockets,
         lambda address: Connection(
-            schema, handler, max_frame=max_frame, loop=loop, limiter=limiter, address=address, offload=OFFLOAD
+            schema,
+            handler,
+            max_frame=max_frame,
+            loop=loop,
+            limiter=limiter,
+            address=address,
+            offload=OFFLOAD,
+            handoff=handoff,
         ),
         limiter,
         tls,

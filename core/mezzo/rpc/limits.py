@@ -418,6 +418,18 @@ class ConnectionLimiter:
         ``write_buffer_max``) bytes wait for its peer: abort it."""
         self._drop("write_buffer_max", conn, conn._loop.time(), unsent=queued)
 
+    def handed_over(self, conn: Connection, to: Connection, now: float) -> None:
+        """``conn``'s socket now belongs to ``to`` (another protocol at the port took it
+        over, see :meth:`Connection._hand_over`): the same slot, clocks started anew."""
+        if conn not in self.conns:
+            return
+        self.conns.discard(conn)
+        address = self._hosts.pop(conn)
+        self._forget(conn)
+        if conn.write_paused:
+            self._paused -= 1
+        self.made(to, address, now)
+
     def release(self, conn: Connection) -> None:
         """``conn`` is lost (any reason). No-op for a connection never admitted."""
         if conn not in self.conns:

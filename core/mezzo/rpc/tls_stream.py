@@ -214,7 +214,19 @@ class TlsStream(asyncio.Protocol):
         if self._raw is not None:
             self._raw.abort()
 
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """Hand the session to another protocol above (the port's HTTP server)."""
+        self._app = protocol  # type: ignore[assignment]
+
+    def get_protocol(self) -> asyncio.BaseProtocol | None:
+        return self._app
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits() if self._raw is not None else (0, 0)
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "sslcontext":
+            return self._ssl.context
         if name == "peercert":
             return self._ssl.getpeercert() if self._app is not None else default
         if name == "ssl_object":

@@ -1,0 +1,7 @@
+"""The HTTP API of mezzo's daemons, served at their Thrift port (issue 16).
+
+- :mod:`.link`: how an HTTP connection shares the port and its bounds with Thrift's.
+- :mod:`.server`: an aiohttp application served through those links, with JSON errors.
+- :mod:`.master_api`: the master's endpoints, in the shape Apache Mesos' tools expect.
+- :mod:`.metrics`: the master's counters under Mesos' metric names, and as Prometheus text.
+"""

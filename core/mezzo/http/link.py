@@ -1,0 +1,191 @@
+"""One HTTP connection at a daemon's port, bounded like every other connection there.
+
+The master serves its HTTP API at its Thrift port: a connection whose first byte is
+a letter (``GET``, ``POST``, ...) cannot be Thrift, whose frames start with a length
+far below 1 GiB, so :class:`~mezzo.rpc.connection.Connection` hands such a socket
+over (``handoff``) to an :class:`HttpLink`, with TLS already done beneath it when the
+port speaks TLS. The link sits between the socket's transport and aiohttp's request
+handler: the handler's transport is the link, and the link is the transport's
+protocol. That is where the port's :class:`~mezzo.rpc.limits.ConnectionLimiter`
+keeps its hold, as it does on Thrift connections, for which the link answers the
+same questions:
+
+- a *request* is what the client sent since the last response began, held like an
+  incomplete frame: the first must be answered within ``first_frame_timeout``, each
+  within ``partial_frame_timeout`` of its first byte (a client trickling its headers,
+  or a body, is closed), and their bytes count in ``partial_frames_max_bytes``;
+- a connection silent for ``unregistered_idle_timeout`` is closed (an idle
+  keep-alive), unless its response is still being written;
+- a client that does not read what it asked for is paused at ``write_buffer_high``,
+  and aborted past ``write_buffer_max`` or after ``write_stall_timeout``;
+- the connection keeps the admission slot its socket was given, and frees it when lost.
+
+Nothing here parses HTTP: "a response began" is the handler's first write after a
+request's bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from ..rpc.limits import ConnectionLimiter
+
+
+class HttpLink(asyncio.Protocol):
+    """The socket's protocol, and aiohttp's request handler's transport; see the module docstring."""
+
+    tag: Any = None
+    """Never registered, as the limiter sees it (its idle timeout applies)."""
+    reading_held = False
+    """Reading is only paused for the client's own backlog (``write_paused``)."""
+
+    def __init__(
+        self,
+        handler: asyncio.Protocol,
+        limiter: ConnectionLimiter | None,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        peer: str = "?",
+        principal: str | None = None,
+    ) -> None:
+        self._handler = handler
+        self._limiter = limiter
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self.peer = peer
+        self.principal = principal
+        """Who the client proved to be with its TLS certificate (None without one)."""
+        self.last_received = loop.time()
+        self.write_paused = False
+        self._request_bytes = 0
+        """Bytes received since the last response began (the request being read or handled)."""
+        self._bytes_out = 0
+
+    # -- the limiter's view (the same as a Thrift Connection's) --------------------------
+
+    @property
+    def pending_input(self) -> int:
+        return self._request_bytes
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._bytes_out - self.get_write_buffer_size()
+
+    def unsent_bytes(self) -> int:
+        return self.get_write_buffer_size()
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    # -- the socket's protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        if self._limiter is not None:
+            high = self._limiter.settings.write_buffer_high
+            transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
+        self._handler.connection_made(self)  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = now = self._loop.time()
+        self._request_bytes += len(data)
+        if self._limiter is not None:
+            self._limiter.received(self, 0, now)  # type: ignore[arg-type]
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._limiter is not None:
+            self._limiter.release(self)  # type: ignore[arg-type]
+        self._handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        if self._limiter is not None:
+            self._limiter.write_paused(self, self._loop.time())  # type: ignore[arg-type]
+        if self._transport is not None:
+            self._transport.pause_reading()
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self._limiter is not None:
+            self._limiter.write_resumed(self, self._loop.time())  # type: ignore[arg-type]
+        if self._transport is not None:
+            self._transport.resume_reading()
+        self._handler.resume_writing()
+
+    # -- the handler's transport ------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if self._request_bytes:
+            # A response began: the request it answers no longer counts as held input.
+            self._request_bytes = 0
+            if self._limiter is not None:
+                self._limiter.received(self, 1, self._loop.time())  # type: ignore[arg-type]
+        self._bytes_out += len(data)
+        transport.write(data)
+
+    def writelines(self, lines: Any) -> None:
+        self.write(b"".join(lines))
+
+    def is_closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def can_write_eof(self) -> bool:
+        return False  # under TLS there is no half-close; aiohttp then closes instead
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default) if self._transport is not None else default
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing() and not self.write_paused:
+            self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() if self._transport is not None else 0
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        if self._transport is None:
+            return (0, 0)
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self._transport is not None:
+            self._transport.set_write_buffer_limits(high, low)
+
+
+def http_handoff(
+    make_handler: Callable[[], asyncio.Protocol], limiter: ConnectionLimiter | None
+) -> Callable[[Any], HttpLink]:
+    """What a port's connections call to give a socket whose first byte is a letter
+    to the HTTP server (``make_handler``: aiohttp's request handler factory)."""
+
+    def take(conn: Any) -> HttpLink:
+        return HttpLink(make_handler(), limiter, conn._loop, peer=conn.peer, principal=conn.principal)
+
+    return take

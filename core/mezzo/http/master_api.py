@@ -1,0 +1,120 @@
+"""The master's HTTP endpoints, at its Thrift port, in the shape Apache Mesos' tools expect.
+
+Each endpoint is served at its Mesos path and again under ``/master`` (Mesos
+serves both), so a URL from Mesos' documentation or a tool written for Mesos works
+as it is:
+
+- ``GET /health``: 200 with an empty body, leader or not (a load balancer's check).
+- ``GET /version``: ``{"version": ..., "name": "mezzo"}``.
+- ``GET /redirect``: 307 to the leading master (``//host:port``), the URL to bookmark.
+- ``GET /metrics/snapshot``: the counters as flat JSON under Mesos' names
+  (:mod:`.metrics`); ``GET /metrics``: the same in Prometheus' text format. Both
+  need ``view_cluster`` in ``[master.acls]``.
+
+A standby answers every call but ``/health`` with 307 to the leader, or 503 while
+none is elected. Callers are who their TLS certificate says (the port's TLS, as for
+Thrift); refusals are 403 with the same words and audit line as the Thrift calls'.
+Handlers only read the master's state, and read it cheaply (none is O(agents)).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from ..acls import Acls
+from ..master.audit import refused
+from . import metrics
+from .server import MAX_BODY_BYTES, Handler, json_error, json_errors
+
+PREFIXES = ("", "/master")
+"""Every endpoint is served at its path and under ``/master``, as Mesos does."""
+
+
+class MasterView(Protocol):
+    """What the endpoints read of the master (:class:`mezzo.master.master.Master`)."""
+
+    @property
+    def leading(self) -> bool: ...
+
+    leader_address: str
+    acls: Acls
+
+    def metrics(self) -> dict[str, Any]: ...
+
+
+def mezzo_version() -> str:
+    try:
+        return version("mezzo")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+def principal_of(request: web.Request) -> str | None:
+    """Who the caller proved to be with its TLS certificate (None without TLS or a certificate)."""
+    return getattr(request.transport, "principal", None)
+
+
+def master_app(master: MasterView) -> web.Application:
+    """The aiohttp application of ``master``'s endpoints."""
+    app = web.Application(middlewares=[json_errors, _leader_only(master)], client_max_size=MAX_BODY_BYTES)
+    endpoints = _Endpoints(master)
+    for prefix in PREFIXES:
+        app.router.add_get(f"{prefix}/health", endpoints.health, allow_head=True)
+        app.router.add_get(f"{prefix}/version", endpoints.version)
+        app.router.add_get(f"{prefix}/redirect", endpoints.redirect)
+        app.router.add_get(f"{prefix}/metrics/snapshot", endpoints.metrics_snapshot)
+        app.router.add_get(f"{prefix}/metrics", endpoints.metrics_prometheus)
+    return app
+
+
+def _leader_only(master: MasterView) -> Any:
+    @web.middleware
+    async def leader_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if master.leading or request.path in ("/health", "/master/health"):
+            return await handler(request)
+        if not master.leader_address:
+            return json_error(503, "no master is leading yet (an election is under way); try again shortly")
+        if request.path in ("/redirect", "/master/redirect"):
+            raise web.HTTPTemporaryRedirect(f"//{master.leader_address}")
+        # Standbys send every caller to the leader, path and query kept.
+        raise web.HTTPTemporaryRedirect(f"//{master.leader_address}{request.rel_url}")
+
+    return leader_only
+
+
+class _Endpoints:
+    def __init__(self, master: MasterView) -> None:
+        self._master = master
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": mezzo_version(), "name": "mezzo"})
+
+    async def redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(f"//{self._master.leader_address}")
+
+    async def metrics_snapshot(self, request: web.Request) -> web.Response:
+        self._may_view_cluster(request)
+        return web.json_response(metrics.snapshot(self._master.metrics()))
+
+    async def metrics_prometheus(self, request: web.Request) -> web.Response:
+        self._may_view_cluster(request)
+        body = metrics.prometheus_text(metrics.snapshot(self._master.metrics()))
+        return web.Response(body=body, headers={"Content-Type": metrics.PROMETHEUS_CONTENT_TYPE})
+
+    def _may_view_cluster(self, request: web.Request) -> None:
+        principal = principal_of(request)
+        if not self._master.acls.allows("view_cluster", principal):
+            peer = getattr(request.transport, "peer", "?")
+            refused(
+                f"GET {request.path}", principal, "the cluster's metrics", "master.acls.view_cluster", peer
+            )
+            who = principal or "a caller without a certificate"
+            raise web.HTTPForbidden(
+                text=f"principal {who} may not view the cluster (master.acls.view_cluster)"
+            )

@@ -1,0 +1,98 @@
+"""An aiohttp application served through :class:`~mezzo.http.link.HttpLink` s.
+
+No socket of its own: the daemon's port hands HTTP connections over (see
+:mod:`.link`), and :meth:`HttpServer.handler` makes the request handler for each.
+Every error is JSON, ``{"error": "...", "status": N}``, whatever raised it: an
+unknown path (404), a method the path does not take (405, with ``Allow``), a bad
+parameter (400, naming it), a refusal (403), and a handler's own failure (500,
+logged with its traceback; the daemon serves on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger("mezzo.http", component="http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+MAX_BODY_BYTES = 1 << 20
+"""Largest request body read (aiohttp answers 413 past it): the API's bodies are forms."""
+KEEPALIVE_TIMEOUT = 75.0
+"""Seconds an idle keep-alive connection is kept (the port's idle timeout may close it sooner)."""
+
+
+def json_error(status: int, message: str, **headers: str) -> web.Response:
+    """An error answer: ``{"error": message, "status": status}``."""
+    return web.json_response({"error": message, "status": status}, status=status, headers=headers or None)
+
+
+class BadParameter(Exception):
+    """A query or form parameter that cannot be used; answered 400 naming it."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"parameter {name!r}: {problem}")
+        self.name = name
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as JSON (see the module docstring)."""
+    try:
+        return await handler(request)
+    except BadParameter as exc:
+        return json_error(400, str(exc))
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return json_error(
+            405, f"{request.method} not allowed on {request.path} (allowed: {allowed})", Allow=allowed
+        )
+    except web.HTTPNotFound:
+        return json_error(404, f"no such endpoint: {request.path}")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects and the like are answers, not errors
+        return json_error(exc.status, exc.text or exc.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("HTTP handler failed", method=request.method, path=request.path)
+        return json_error(500, "internal error (logged by the daemon)")
+
+
+def dumps(value: Any) -> str:
+    """JSON text as the API writes it (compact; no NaN: a metric that is not a number is null)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+class HttpServer:
+    """``app`` served through links: :meth:`start` once on the daemon's loop, then
+    :meth:`handler` per connection, :meth:`stop` at the end."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self._runner: web.AppRunner | None = None
+        self._server: web.Server | None = None
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT
+        )
+        await self._runner.setup()
+        self._server = self._runner.server
+
+    def handler(self) -> asyncio.Protocol:
+        """aiohttp's request handler for one new connection."""
+        assert self._server is not None, "HttpServer.start() first"
+        return self._server()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,147 @@
+"""The master's HTTP API at its Thrift port: real masters and agents, real HTTP clients."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+
+import pytest
+from mezzo.acls import single_tenant
+from mezzo.rpc.tls import client_tls
+from mezzo.testing import LocalProcessCluster, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def get(
+    cluster: LocalProcessCluster, path: str, method: str = "GET", context: ssl.SSLContext | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to the master; (status, headers, body)."""
+    host, port = cluster.master.rsplit(":", 1)
+    if context is None:
+        conn: http.client.HTTPConnection = http.client.HTTPConnection(host, int(port), timeout=10)
+    else:
+        conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
+    try:
+        conn.request(method, path)
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        conn.close()
+
+
+def master_log(cluster: LocalProcessCluster) -> str:
+    return (cluster.dir / "master.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def plain_master(mezzo_cluster) -> LocalProcessCluster:
+    return mezzo_cluster(agents=1, master={"allocation_interval": 0.01})
+
+
+def test_health_version_and_their_master_aliases_answer_at_the_thrift_port(plain_master) -> None:
+    status, _, body = get(plain_master, "/health")
+    assert (status, body) == (200, b"")
+    for path in ("/version", "/master/version"):
+        status, headers, body = get(plain_master, path)
+        assert status == 200 and headers["Content-Type"].startswith("application/json")
+        assert json.loads(body)["name"] == "mezzo" and json.loads(body)["version"]
+    # Thrift goes on at the same port: the agent registered, and a tool's state request is answered.
+    assert [a["hostname"] for a in plain_master.state()["agents"]] == ["agent-1"]
+
+
+def test_metrics_snapshot_uses_mesos_names_and_prometheus_text_parses(plain_master) -> None:
+    status, _, body = get(plain_master, "/metrics/snapshot")
+    snap = json.loads(body)
+    assert status == 200
+    assert snap["master/elected"] == 1.0
+    assert snap["master/slaves_connected"] == 1.0 and snap["master/slaves_disconnected"] == 0.0
+    assert snap["master/tasks_running"] == 0.0
+    assert snap["allocator/mesos/allocation_runs"] >= 1
+    assert all(isinstance(v, float) for v in snap.values())
+    assert "mezzo/connections/open" in snap  # nested counters flattened
+
+    status, headers, body = get(plain_master, "/master/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert families["mezzo_master_elected"].samples[0].value == 1.0
+    assert families["mezzo_master_slaves_connected"].samples[0].value == 1.0
+
+
+def test_unknown_paths_and_wrong_methods_are_json_errors_naming_them(plain_master) -> None:
+    status, _, body = get(plain_master, "/no/such/thing")
+    assert status == 404 and json.loads(body) == {"error": "no such endpoint: /no/such/thing", "status": 404}
+    status, headers, body = get(plain_master, "/metrics/snapshot", method="DELETE")
+    assert status == 405 and "GET" in headers["Allow"]
+    assert "DELETE not allowed on /metrics/snapshot" in json.loads(body)["error"]
+
+
+def test_redirect_points_at_the_leader(plain_master) -> None:
+    status, headers, _ = get(plain_master, "/master/redirect")
+    assert status == 307 and headers["Location"] == f"//{plain_master.master}"
+
+
+def test_a_request_that_never_ends_is_closed_and_the_master_serves_on(mezzo_cluster) -> None:
+    cluster = mezzo_cluster(agents=0, master={"connections": {"partial_frame_timeout": 1.0}})
+    host, port = cluster.master.rsplit(":", 1)
+    slow = socket.create_connection((host, int(port)))
+    slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    slow.settimeout(15)
+    started = time.monotonic()
+    assert slow.recv(100) == b""  # closed on it
+    assert time.monotonic() - started < 10
+    slow.close()
+    wait_for(lambda: "partial_frame_timeout" in master_log(cluster), 5, "the closing logged")
+    assert get(cluster, "/health")[0] == 200
+
+
+def test_oversized_headers_are_refused_and_the_master_serves_on(plain_master) -> None:
+    host, port = plain_master.master.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+        answer = s.recv(300)
+    assert answer.split(b" ")[1] == b"400" and b"Got more than 8190 bytes" in answer, answer
+    assert get(plain_master, "/health")[0] == 200
+
+
+def test_with_http_off_a_request_is_closed_like_a_bad_peer(mezzo_cluster) -> None:
+    cluster = mezzo_cluster(agents=0, master={"http": {"enabled": False}})
+    host, port = cluster.master.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(100) == b""
+    assert cluster.state()["master"]
+
+
+# -- with TLS -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_master(mezzo_cluster) -> LocalProcessCluster:
+    acls = single_tenant(agents=["agent"], operators=["operator"], frameworks=["web"])
+    return mezzo_cluster(agents=1, tls=True, master={"acls": acls})
+
+
+def context_for(cluster: LocalProcessCluster, principal: str) -> ssl.SSLContext:
+    return client_tls(cluster.client_tls(principal)).context
+
+
+def test_over_tls_an_operator_reads_metrics_and_another_principal_is_refused_with_403(tls_master) -> None:
+    status, _, body = get(tls_master, "/metrics/snapshot", context=context_for(tls_master, "operator"))
+    assert status == 200 and json.loads(body)["master/slaves_connected"] == 1.0
+
+    status, _, body = get(tls_master, "/metrics", context=context_for(tls_master, "web"))
+    assert status == 403
+    assert json.loads(body)["error"] == "principal web may not view the cluster (master.acls.view_cluster)"
+    wait_for(lambda: "principal=web" in master_log(tls_master), 5, "an audit line")
+    # Health needs no permission.
+    assert get(tls_master, "/health", context=context_for(tls_master, "web"))[0] == 200
+
+
+def test_over_tls_a_client_without_a_certificate_is_refused_at_the_handshake(tls_master) -> None:
+    bare = ssl.create_default_context(cafile=tls_master.tls.ca)  # trusts the server, shows nothing
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        get(tls_master, "/health", context=bare)
+    assert get(tls_master, "/health", context=context_for(tls_master, "operator"))[0] == 200
