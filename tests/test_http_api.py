@@ -8,11 +8,15 @@ import socket
 import ssl
 import time
 
+import mezzo
 import pytest
+from mezzo import FrameworkInfo
 from mezzo.acls import single_tenant
 from mezzo.rpc.tls import client_tls
 from mezzo.testing import LocalProcessCluster, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import Recorder
 
 
 def get(
@@ -145,3 +149,45 @@ def test_over_tls_a_client_without_a_certificate_is_refused_at_the_handshake(tls
     with pytest.raises((ssl.SSLError, ConnectionError)):
         get(tls_master, "/health", context=bare)
     assert get(tls_master, "/health", context=context_for(tls_master, "operator"))[0] == 200
+
+
+# -- teardown -------------------------------------------------------------------------------
+
+
+def post_form(cluster: LocalProcessCluster, path: str, body: str, context: ssl.SSLContext) -> tuple[int, dict]:
+    host, port = cluster.master.rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        answer = conn.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+def test_post_teardown_ends_a_framework_for_an_operator_and_refuses_others(tls_master) -> None:
+    sched = Recorder()
+    driver = mezzo.SchedulerDriver(
+        sched, FrameworkInfo(name="victim"), tls_master.master, tls=tls_master.client_tls("web")
+    )
+    driver.start()
+    try:
+        wait_for(lambda: driver.framework_id, 20, "the framework to register")
+        fid = driver.framework_id
+        web_ctx, operator_ctx = context_for(tls_master, "web"), context_for(tls_master, "operator")
+
+        status, body = post_form(tls_master, "/master/teardown", f"frameworkId={fid}", web_ctx)
+        assert status == 403 and "may not tear down framework" in body["error"]
+        status, body = post_form(tls_master, "/master/teardown", "frameworkId=no-such-id", operator_ctx)
+        assert status == 400 and "no framework 'no-such-id' is registered" in body["error"]
+        status, body = post_form(tls_master, "/teardown", "somethingElse=1", operator_ctx)
+        assert status == 400 and "'frameworkId'" in body["error"]
+        status, body = post_form(tls_master, "/teardown", "frameworkId=" + "x" * (2 << 20), operator_ctx)
+        assert status == 413
+
+        status, body = post_form(tls_master, "/teardown", f"frameworkId={fid}", operator_ctx)
+        assert status == 200 and body["message"].startswith(f"framework {fid} torn down")
+        wait_for(lambda: any("torn down by operator" in e for e in sched.errors), 10, "the scheduler told")
+        assert [f["id"] for f in tls_master.state()["frameworks"]] == []
+    finally:
+        driver.stop()

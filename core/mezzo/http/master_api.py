@@ -10,6 +10,8 @@ as it is:
 - ``GET /metrics/snapshot``: the counters as flat JSON under Mesos' names
   (:mod:`.metrics`); ``GET /metrics``: the same in Prometheus' text format. Both
   need ``view_cluster`` in ``[master.acls]``.
+- ``POST /teardown`` (form ``frameworkId=``): ends a framework as ``mezzo teardown``
+  does; 200, or 400 for an unknown id, 403 where ``teardown_frameworks`` does not allow it.
 
 A standby answers every call but ``/health`` with 307 to the leader, or 503 while
 none is elected. Callers are who their TLS certificate says (the port's TLS, as for
@@ -26,8 +28,9 @@ from aiohttp import web
 
 from ..acls import Acls
 from ..master.audit import refused
+from ..master.service import REFUSED, TORN_DOWN
 from . import metrics
-from .server import MAX_BODY_BYTES, Handler, json_error, json_errors
+from .server import MAX_BODY_BYTES, BadParameter, Handler, json_error, json_errors
 
 PREFIXES = ("", "/master")
 """Every endpoint is served at its path and under ``/master``, as Mesos does."""
@@ -43,6 +46,8 @@ class MasterView(Protocol):
     acls: Acls
 
     def metrics(self) -> dict[str, Any]: ...
+
+    def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]: ...
 
 
 def mezzo_version() -> str:
@@ -67,6 +72,7 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/redirect", endpoints.redirect)
         app.router.add_get(f"{prefix}/metrics/snapshot", endpoints.metrics_snapshot)
         app.router.add_get(f"{prefix}/metrics", endpoints.metrics_prometheus)
+        app.router.add_post(f"{prefix}/teardown", endpoints.teardown)
     return app
 
 
@@ -106,6 +112,17 @@ class _Endpoints:
         self._may_view_cluster(request)
         body = metrics.prometheus_text(metrics.snapshot(self._master.metrics()))
         return web.Response(body=body, headers={"Content-Type": metrics.PROMETHEUS_CONTENT_TYPE})
+
+    async def teardown(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        framework_id = form.get("frameworkId")
+        if not isinstance(framework_id, str) or not framework_id:
+            raise BadParameter("frameworkId", "required: the id of the framework to tear down (a form field)")
+        peer = getattr(request.transport, "peer", "?")
+        outcome, message = self._master.teardown(principal_of(request), peer, framework_id)
+        if outcome == TORN_DOWN:
+            return web.json_response({"message": message})
+        return json_error(403 if outcome == REFUSED else 400, message)
 
     def _may_view_cluster(self, request: web.Request) -> None:
         principal = principal_of(request)

@@ -455,6 +455,11 @@ class Master:
             )
         snapshots.request_encoded(reply)
 
+    def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]:
+        """An operator's teardown from the HTTP API (``POST /teardown``), as ``mezzo
+        teardown`` does it: see :meth:`~.service.MasterService.teardown`. Leader only."""
+        return self.term.service.teardown(principal, peer, framework_id)
+
     # -- metrics ------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:

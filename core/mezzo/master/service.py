@@ -74,6 +74,12 @@ reading 1 MiB of JSON takes the master about 25 ms; a report of 16 MiB held it 0
 An agent's report of a hundred containers is about 40 KB."""
 
 
+TORN_DOWN = "torn down"
+REFUSED = "refused"
+UNKNOWN = "unknown"
+"""Outcomes of :meth:`MasterService.teardown`."""
+
+
 class MasterService:
     """The handler of one leadership term's connections. See the module docstring.
 
@@ -643,11 +649,22 @@ class MasterService:
         conn.remote(TOOL).metrics(request_id, json.dumps(self._metrics()))
 
     def teardown_framework(self, conn: Any, request_id: int, framework_id: str) -> None:
+        """``mezzo teardown``: :meth:`teardown`, answered to the tool."""
+        outcome, message = self.teardown(principal_of(conn), conn.peer, framework_id)
+        tool = conn.remote(TOOL)
+        if outcome == TORN_DOWN:
+            tool.done(request_id, message)
+        else:
+            tool.error(request_id, message)
+
+    def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]:
         """An operator ends a framework: as if its scheduler had unregistered it (tasks
         killed, id refused from now on), and its scheduler hears ``error``. Only a
-        principal the ``teardown_frameworks`` ACL allows for the framework's principal."""
-        tool = conn.remote(TOOL)
-        principal = principal_of(conn)
+        principal the ``teardown_frameworks`` ACL allows for the framework's principal.
+
+        Returns ``(outcome, message)``: :data:`TORN_DOWN`, :data:`REFUSED` (also when
+        the principal may tear down no framework at all, before the id is looked up:
+        a refusal does not tell whether the framework exists) or :data:`UNKNOWN`."""
         who = principal or "a caller without a certificate"
         record = self.state.frameworks.get(framework_id) if isinstance(framework_id, str) else None
         if not self.acls.allows_some("teardown_frameworks", principal) or (
@@ -656,23 +673,14 @@ class MasterService:
             # Whether the framework exists, and whose it is, go to the audit line only.
             owner = "unknown" if record is None else (record.principal or "a caller without a certificate")
             refused(
-                "teardown_framework",
-                principal,
-                f"framework {framework_id!s:.100}",
-                f"owner {owner}",
-                conn.peer,
+                "teardown_framework", principal, f"framework {framework_id!s:.100}", f"owner {owner}", peer
             )
-            tool.error(
-                request_id,
+            return REFUSED, (
                 f"teardown_framework: principal {who} may not tear down framework {framework_id!s:.100} "
-                "(master.acls.teardown_frameworks)",
+                "(master.acls.teardown_frameworks)"
             )
-            return
         if record is None:
-            tool.error(
-                request_id, f"teardown_framework: no framework {str(framework_id)[:100]!r} is registered"
-            )
-            return
+            return UNKNOWN, f"teardown_framework: no framework {str(framework_id)[:100]!r} is registered"
         tasks = len(record.tasks)
         scheduler = record.conn
         reason = f"torn down by {who}"
@@ -683,7 +691,7 @@ class MasterService:
         if scheduler is not None:
             scheduler.close()
         log.warning("framework torn down", framework=framework_id, principal=principal, tasks_killed=tasks)
-        tool.done(request_id, f"framework {framework_id} torn down; {tasks} task(s) killed")
+        return TORN_DOWN, f"framework {framework_id} torn down; {tasks} task(s) killed"
 
     def _refuse_tool(
         self, conn: Any, request_id: int, call: str, principal: str | None, actions: str
