@@ -191,3 +191,12 @@ def test_post_teardown_ends_a_framework_for_an_operator_and_refuses_others(tls_m
         assert [f["id"] for f in tls_master.state()["frameworks"]] == []
     finally:
         driver.stop()
+
+
+def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_master) -> None:
+    status, _, body = get(tls_master, "/master/flags", context=context_for(tls_master, "operator"))
+    flags = json.loads(body)["flags"]
+    assert status == 200
+    assert flags["listen"] == tls_master.master and flags["http"] == {"enabled": True}
+    assert flags["acls"]["permissive"] is False and flags["acls"]["rules"]["view_cluster"] == 1
+    assert get(tls_master, "/flags", context=context_for(tls_master, "web"))[0] == 403

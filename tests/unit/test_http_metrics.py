@@ -38,3 +38,19 @@ def test_prometheus_names_and_text() -> None:
     assert prometheus_name("mezzo/connections/open") == "mezzo_connections_open"
     text = prometheus_text({"master/elected": 1.0}).decode()
     assert "# TYPE mezzo_master_elected gauge" in text and "mezzo_master_elected 1.0" in text
+
+
+def test_flags_hide_the_zookeeper_password_and_count_the_acls() -> None:
+    from types import SimpleNamespace
+
+    from mezzo.acls import parse, single_tenant
+    from mezzo.config import MasterConfig
+    from mezzo.http.master_api import settings_of
+    from mezzo.zk import parse_zk_url
+
+    acls = parse(single_tenant(agents=["a"], operators=["op"]), "master.acls")
+    config = MasterConfig(zk="zk://mezzo:s3cret@127.0.0.1:2181/mezzo")
+    view = SimpleNamespace(config=config, zk_url=parse_zk_url(config.zk), acls=acls)
+    flags = settings_of(view)  # type: ignore[arg-type]
+    assert "s3cret" not in str(flags) and flags["zk"].startswith("zk://mezzo:***@")
+    assert flags["acls"]["rules"]["register_agents"] == 1

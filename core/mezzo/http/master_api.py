@@ -10,6 +10,9 @@ as it is:
 - ``GET /metrics/snapshot``: the counters as flat JSON under Mesos' names
   (:mod:`.metrics`); ``GET /metrics``: the same in Prometheus' text format. Both
   need ``view_cluster`` in ``[master.acls]``.
+- ``GET /flags``: ``{"flags": {...}}``, the master's settings (``[master]`` as
+  loaded, defaults filled in), the ZooKeeper password hidden and the ACLs counted,
+  not listed; needs ``view_cluster``.
 - ``POST /teardown`` (form ``frameworkId=``): ends a framework as ``mezzo teardown``
   does; 200, or 400 for an unknown id, 403 where ``teardown_frameworks`` does not allow it.
 
@@ -21,6 +24,7 @@ Handlers only read the master's state, and read it cheaply (none is O(agents)).
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
@@ -44,6 +48,10 @@ class MasterView(Protocol):
 
     leader_address: str
     acls: Acls
+    config: Any
+    """The master's :class:`~mezzo.config.MasterConfig`."""
+    zk_url: Any
+    """Its parsed ``zk://`` URL (whose text hides the password), or None."""
 
     def metrics(self) -> dict[str, Any]: ...
 
@@ -73,6 +81,7 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/metrics/snapshot", endpoints.metrics_snapshot)
         app.router.add_get(f"{prefix}/metrics", endpoints.metrics_prometheus)
         app.router.add_post(f"{prefix}/teardown", endpoints.teardown)
+        app.router.add_get(f"{prefix}/flags", endpoints.flags)
     return app
 
 
@@ -113,6 +122,10 @@ class _Endpoints:
         body = metrics.prometheus_text(metrics.snapshot(self._master.metrics()))
         return web.Response(body=body, headers={"Content-Type": metrics.PROMETHEUS_CONTENT_TYPE})
 
+    async def flags(self, request: web.Request) -> web.Response:
+        self._may_view_cluster(request)
+        return web.json_response({"flags": settings_of(self._master)})
+
     async def teardown(self, request: web.Request) -> web.Response:
         form = await request.post()
         framework_id = form.get("frameworkId")
@@ -135,3 +148,22 @@ class _Endpoints:
             raise web.HTTPForbidden(
                 text=f"principal {who} may not view the cluster (master.acls.view_cluster)"
             )
+
+
+def settings_of(master: MasterView) -> dict[str, Any]:
+    """``[master]`` as the master runs it, for ``/flags``: no secret in it."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(master.config):
+        value = getattr(master.config, f.name)
+        if f.name == "zk":
+            value = str(master.zk_url) if master.zk_url is not None else ""
+        elif f.name == "acls":
+            # Who may do what is the operators' business, not every viewer's: counted only.
+            value = {
+                "permissive": bool(master.acls.permissive),
+                "rules": {action: len(rules) for action, rules in master.acls.rules.items() if rules},
+            }
+        elif dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)  # type: ignore[arg-type]
+        out[f.name] = value
+    return out
