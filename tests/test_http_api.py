@@ -10,7 +10,7 @@ import time
 
 import mezzo
 import pytest
-from mezzo import FrameworkInfo
+from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.acls import single_tenant
 from mezzo.rpc.tls import client_tls
 from mezzo.testing import LocalProcessCluster, wait_for
@@ -200,3 +200,73 @@ def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_mast
     assert flags["listen"] == tls_master.master and flags["http"] == {"enabled": True}
     assert flags["acls"]["permissive"] is False and flags["acls"]["rules"]["view_cluster"] == 1
     assert get(tls_master, "/flags", context=context_for(tls_master, "web"))[0] == 403
+
+
+# -- the state in Mesos' shape -------------------------------------------------------------
+
+
+def test_state_summary_frameworks_slaves_and_tasks_in_mesos_shape(plain_master) -> None:
+    def launch_once(driver, offers):
+        for offer in offers:
+            if sched.launched:
+                driver.decline_offer(offer.offer_id, Filters(refuse_seconds=60))
+                continue
+            sched.launched.append(offer.agent_id)
+            task = TaskInfo(
+                task_id="sleeper",
+                name="a sleeper",
+                agent_id=offer.agent_id,
+                resources=Resources(cpus=0.5, mem=32),
+                command=CommandInfo(value="sleep 300"),
+                labels={"team": "ops"},
+            )
+            driver.launch_tasks(offer.offer_id, [task], Filters(refuse_seconds=0))
+
+    sched = Recorder(launch_once)
+    sched.launched = []
+    driver = mezzo.SchedulerDriver(sched, FrameworkInfo(name="shaped", user="nobody"), plain_master.master)
+    driver.start()
+    try:
+        wait_for(lambda: "TASK_RUNNING" in sched.states_of("sleeper"), 30, "the task to run")
+        fid = driver.framework_id
+
+        status, _, body = get(plain_master, "/master/state")
+        state = json.loads(body)
+        assert status == 200 and state["pid"] == f"master@{plain_master.master}"
+        assert state["activated_slaves"] == 1 and state["completed_frameworks"] == []
+        (slave,) = state["slaves"]
+        assert slave["resources"] == {"cpus": 4.0, "disk": 10000.0, "mem": 4096.0, "ports": "[31000-32000]"}
+        assert slave["used_resources"] == {"cpus": 0.5, "mem": 32.0} and slave["active"] is True
+        (framework,) = state["frameworks"]
+        assert (framework["id"], framework["name"], framework["user"]) == (fid, "shaped", "nobody")
+        assert framework["used_resources"] == {"cpus": 0.5, "mem": 32.0}
+        (task,) = framework["tasks"]
+        assert task["id"] == "sleeper" and task["name"] == "a sleeper" and task["slave_id"] == slave["id"]
+        assert task["state"] == "TASK_RUNNING" and task["statuses"][-1]["state"] == "TASK_RUNNING"
+        assert task["labels"] == [{"key": "team", "value": "ops"}]
+        assert json.loads(get(plain_master, "/state.json")[2])["frameworks"][0]["id"] == fid
+
+        summary = json.loads(get(plain_master, "/state-summary")[2])
+        assert summary["slaves"][0]["TASK_RUNNING"] == 1 and summary["slaves"][0]["framework_ids"] == [fid]
+        assert summary["frameworks"][0]["slave_ids"] == [slave["id"]] and "tasks" not in summary["frameworks"][0]
+
+        assert json.loads(get(plain_master, f"/frameworks?framework_id={fid}")[2])["frameworks"][0]["id"] == fid
+        assert json.loads(get(plain_master, "/frameworks?framework_id=nope")[2])["frameworks"] == []
+        assert json.loads(get(plain_master, "/slaves")[2]) == json.loads(get(plain_master, "/master/agents")[2])
+
+        tasks = json.loads(get(plain_master, f"/tasks?framework_id={fid}&limit=1&order=asc")[2])["tasks"]
+        assert [t["id"] for t in tasks] == ["sleeper"]
+        assert json.loads(get(plain_master, "/tasks?offset=1")[2])["tasks"] == []
+        status, _, body = get(plain_master, "/tasks?limit=many")
+        assert status == 400 and json.loads(body)["error"] == "parameter 'limit': 'many' is not a whole number"
+        status, _, body = get(plain_master, "/tasks?order=sideways")
+        assert status == 400 and "'order'" in json.loads(body)["error"]
+    finally:
+        driver.stop()
+
+
+def test_a_principal_that_may_view_nothing_gets_403_for_the_state(tls_master) -> None:
+    status, _, body = get(tls_master, "/state", context=context_for(tls_master, "web"))
+    assert status == 403 and "may not view the cluster" in json.loads(body)["error"]
+    status, _, body = get(tls_master, "/master/state-summary", context=context_for(tls_master, "operator"))
+    assert status == 200 and len(json.loads(body)["slaves"]) == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 
+from mezzo.testing import wait_for
+
 
 def ask(port: int, path: str) -> tuple[int, dict[str, str]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -22,6 +24,8 @@ def test_a_standby_redirects_every_call_but_health_to_the_leader(ha_cluster) -> 
     (standby,) = [name for name in cluster.master_ports if name != leader]
     standby_port = cluster.master_ports[standby]
     leader_address = f"127.0.0.1:{cluster.master_ports[leader]}"
+    # A standby learns who leads from ZooKeeper a moment after the election: 503 until then.
+    wait_for(lambda: ask(standby_port, "/redirect")[0] == 307, 10, "the standby to know the leader")
 
     status, headers = ask(standby_port, "/master/metrics/snapshot?x=1")
     assert status == 307 and headers["Location"] == f"//{leader_address}/master/metrics/snapshot?x=1"

@@ -10,6 +10,10 @@ as it is:
 - ``GET /metrics/snapshot``: the counters as flat JSON under Mesos' names
   (:mod:`.metrics`); ``GET /metrics``: the same in Prometheus' text format. Both
   need ``view_cluster`` in ``[master.acls]``.
+- ``GET /state`` (``/state.json``), ``/state-summary``, ``/frameworks?framework_id=``,
+  ``/slaves?slave_id=`` (``/agents``), ``/tasks?framework_id=&task_id=&limit=&offset=&order=``:
+  the state in Mesos' shape (:mod:`mezzo.master.mesos_view`), as much as the
+  caller's ``view_*`` ACLs show, rendered in a forked child like ``mezzo state``.
 - ``GET /flags``: ``{"flags": {...}}``, the master's settings (``[master]`` as
   loaded, defaults filled in), the ZooKeeper password hidden and the ACLs counted,
   not listed; needs ``view_cluster``.
@@ -24,15 +28,19 @@ Handlers only read the master's state, and read it cheaply (none is O(agents)).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from ..acls import Acls
+from ..acls import Acls, View
+from ..master import mesos_view
 from ..master.audit import refused
 from ..master.service import REFUSED, TORN_DOWN
+from ..rpc.codec import Utf8Text
 from . import metrics
 from .server import MAX_BODY_BYTES, BadParameter, Handler, json_error, json_errors
 
@@ -56,6 +64,14 @@ class MasterView(Protocol):
     def metrics(self) -> dict[str, Any]: ...
 
     def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]: ...
+
+    def request_document(
+        self,
+        document: str,
+        view: View,
+        params: tuple[tuple[str, Any], ...],
+        reply: Callable[[Utf8Text], None],
+    ) -> None: ...
 
 
 def mezzo_version() -> str:
@@ -82,6 +98,13 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/metrics", endpoints.metrics_prometheus)
         app.router.add_post(f"{prefix}/teardown", endpoints.teardown)
         app.router.add_get(f"{prefix}/flags", endpoints.flags)
+        app.router.add_get(f"{prefix}/state", endpoints.state)
+        app.router.add_get(f"{prefix}/state.json", endpoints.state)
+        app.router.add_get(f"{prefix}/state-summary", endpoints.state_summary)
+        app.router.add_get(f"{prefix}/frameworks", endpoints.frameworks)
+        app.router.add_get(f"{prefix}/slaves", endpoints.slaves)
+        app.router.add_get(f"{prefix}/agents", endpoints.slaves)
+        app.router.add_get(f"{prefix}/tasks", endpoints.tasks)
     return app
 
 
@@ -121,6 +144,58 @@ class _Endpoints:
         self._may_view_cluster(request)
         body = metrics.prometheus_text(metrics.snapshot(self._master.metrics()))
         return web.Response(body=body, headers={"Content-Type": metrics.PROMETHEUS_CONTENT_TYPE})
+
+    async def state(self, request: web.Request) -> web.Response:
+        return await self._document(request, "state")
+
+    async def state_summary(self, request: web.Request) -> web.Response:
+        return await self._document(request, "summary")
+
+    async def frameworks(self, request: web.Request) -> web.Response:
+        framework_id = _id_parameter(request, "framework_id")
+        return await self._document(request, "frameworks", (("framework_id", framework_id),))
+
+    async def slaves(self, request: web.Request) -> web.Response:
+        agent_id = _id_parameter(request, "slave_id") or _id_parameter(request, "agent_id")
+        return await self._document(request, "slaves", (("agent_id", agent_id),))
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        order = request.query.get("order", "desc")
+        if order not in mesos_view.ORDERS:
+            raise BadParameter("order", f"{order[:20]!r} is not asc or desc")
+        params = (
+            ("framework_id", _id_parameter(request, "framework_id")),
+            ("task_id", _id_parameter(request, "task_id")),
+            ("limit", _count_parameter(request, "limit", mesos_view.TASKS_LIMIT)),
+            ("offset", _count_parameter(request, "offset", 0)),
+            ("order", order),
+        )
+        return await self._document(request, "tasks", params)
+
+    async def _document(
+        self, request: web.Request, document: str, params: tuple[tuple[str, Any], ...] = ()
+    ) -> web.Response:
+        """A Mesos-shaped document, as much of it as the caller may see, rendered off the loop."""
+        principal = principal_of(request)
+        view = self._master.acls.view_of(principal)
+        if view.nothing:
+            peer = getattr(request.transport, "peer", "?")
+            refused(
+                f"GET {request.path}", principal, "state", "master.acls.view_cluster, view_frameworks", peer
+            )
+            who = principal or "a caller without a certificate"
+            raise web.HTTPForbidden(
+                text=f"principal {who} may not view the cluster (master.acls: view_cluster, view_frameworks)"
+            )
+        answer: asyncio.Future[Utf8Text] = asyncio.get_running_loop().create_future()
+
+        def reply(text: Utf8Text) -> None:
+            if not answer.done():
+                answer.set_result(text)
+
+        self._master.request_document(document, view, params, reply)
+        text = await answer
+        return web.Response(body=text.view(), content_type="application/json")
 
     async def flags(self, request: web.Request) -> web.Response:
         self._may_view_cluster(request)
@@ -167,3 +242,31 @@ def settings_of(master: MasterView) -> dict[str, Any]:
             value = dataclasses.asdict(value)  # type: ignore[arg-type]
         out[f.name] = value
     return out
+
+
+ID_MAX = 200
+"""Longest id a query parameter may carry (ids mezzo makes are far shorter)."""
+COUNT_MAX = 100_000
+"""Largest ``limit`` or ``offset``."""
+
+
+def _id_parameter(request: web.Request, name: str) -> str | None:
+    value = request.query.get(name)
+    if value is None or value == "":
+        return None
+    if len(value) > ID_MAX:
+        raise BadParameter(name, f"longer than {ID_MAX} characters")
+    return value
+
+
+def _count_parameter(request: web.Request, name: str, default: int) -> int:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadParameter(name, f"{text[:20]!r} is not a whole number") from None
+    if not 0 <= value <= COUNT_MAX:
+        raise BadParameter(name, f"{value} is not between 0 and {COUNT_MAX:,}")
+    return value

@@ -51,6 +51,7 @@ from ..rpc.codec import Utf8Text
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from ..zk.client import UnprotectedPath
+from . import mesos_view
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
 from .call_rates import CallRates
@@ -72,6 +73,9 @@ from .task_lifecycle import TaskLifecycle
 from .term import Term
 
 log = structlog.get_logger("mezzo.master", component="master")
+
+DOCUMENT_RENDERERS = 64
+"""Kinds of HTTP document (document, viewer, parameters) with a renderer kept at once."""
 
 
 class Master:
@@ -136,6 +140,8 @@ class Master:
         one per distinct view: as many as the ACLs can make, never more than their rules."""
         self._server: Listener | None = None
         self._http: HttpServer | None = None
+        self._documents: dict[tuple, StateSnapshots] = {}
+        """Renderers of the HTTP API's documents by (document, view, parameters)."""
         """The HTTP API sharing the port (``[master.http]``)."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
@@ -430,7 +436,7 @@ class Master:
         self.term.close()
         self.loop_watch.stop()
         self.snapshots.close()
-        for snapshots in self._view_snapshots.values():
+        for snapshots in [*self._view_snapshots.values(), *self._documents.values()]:
             snapshots.close()
         for link in self.term.state.links():
             link.close()
@@ -453,6 +459,35 @@ class Master:
                 use_fork=self.config.render_state_in_child,
                 saturated=lambda: self.loop_watch.saturated(),
             )
+        snapshots.request_encoded(reply)
+
+    def request_document(
+        self,
+        document: str,
+        view: View,
+        params: tuple[tuple[str, Any], ...],
+        reply: Callable[[Utf8Text], None],
+    ) -> None:
+        """Answer ``reply`` with one of the HTTP API's Mesos-shaped documents
+        (:func:`.mesos_view.render`) as ``view`` shows it, rendered in a forked child
+        shared by the waiters of the same document, view and parameters. At most
+        :data:`DOCUMENT_RENDERERS` kinds are kept; idle ones make room for new ones."""
+        key = (document, view, params)
+        snapshots = self._documents.pop(key, None)
+        if snapshots is None:
+            if len(self._documents) >= DOCUMENT_RENDERERS:
+                for old, idle in list(self._documents.items()):
+                    if not idle.busy:
+                        idle.close()
+                        del self._documents[old]
+                        if len(self._documents) < DOCUMENT_RENDERERS:
+                            break
+            snapshots = StateSnapshots(
+                lambda: mesos_view.render(document, self, view, params),
+                use_fork=self.config.render_state_in_child,
+                saturated=lambda: self.loop_watch.saturated(),
+            )
+        self._documents[key] = snapshots  # most recently asked last
         snapshots.request_encoded(reply)
 
     def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]:

@@ -100,6 +100,16 @@ class StateSnapshots:
         self.forks = 0
         """Snapshots rendered in a child (for the metrics and the tests)."""
 
+    @property
+    def busy(self) -> bool:
+        """True while a snapshot is wanted, being rendered or being handed out."""
+        return (
+            bool(self._waiters)
+            or self._child is not None
+            or self._retry is not None
+            or self._transfer is not None
+        )
+
     def request(self, reply: Reply) -> None:
         """Call ``reply(state_json)`` once a snapshot taken now or a moment ago is ready.
 

@@ -1,0 +1,327 @@
+"""The master's state in Apache Mesos' JSON shape, for the HTTP API (``/state``,
+``/state-summary``, ``/frameworks``, ``/slaves``, ``/tasks``).
+
+Tools written for Mesos (dashboards, ``mesos_exporter``, scripts reading
+``/master/state``) read the field names and shapes of Mesos' ``/state`` (its
+``src/master/readonly_handler.cpp``): agents are ``slaves`` with ``slave_id``s,
+resources are flattened to ``{"cpus": 2.0, "mem": 1024.0, "ports": "[31000-32000]"}``,
+task states are their ``TASK_*`` names, times are Unix seconds. Where mezzo knows
+more, the fact is an extra field (a framework's ``dominant_share``, its offer
+``filters``, ``agents_refused``, ``not_offered_last_cycle``, an agent's
+``free_resources``, a task's ``message`` and ``reason``); where it knows less, the
+Mesos field is there, empty (``reserved_resources``, ``capabilities``).
+
+Like ``mezzo state`` (:mod:`.state_view`), each document is rendered in a forked
+child (:mod:`.state_snapshot`), never on the master's loop, and shows only what
+the caller's :class:`~mezzo.acls.View` shows: the frameworks whose user it sees,
+their tasks and offers, and the agents and settings only with ``view_cluster``.
+Task environments and data are never part of it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import TYPE_CHECKING, Any
+
+from .. import state_name
+from ..acls import FULL_VIEW, View
+from ..resources import Resources
+from ..task_user import DEFAULT_USER
+
+if TYPE_CHECKING:
+    from .master import Master
+    from .records import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+
+TASKS_LIMIT = 100
+"""``/tasks``' default ``limit``, Mesos' ``TASK_LIMIT``."""
+ORDERS = ("asc", "desc")
+
+
+def flat(resources: Resources) -> dict[str, Any]:
+    """Resources as Mesos' JSON has them: scalars as numbers, ranges as ``"[a-b, c-d]"``."""
+    out: dict[str, Any] = {
+        name: float(value) for name, value in resources.to_dict().items() if not isinstance(value, list)
+    }
+    for name in sorted(resources.ranges):
+        out[name] = "[" + ", ".join(f"{b}-{e}" for b, e in resources.range_pairs(name)) + "]"
+    return out
+
+
+def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
+    """``/state``: the whole cluster as ``view`` may see it."""
+    term = master.term
+    st = term.state
+    shown = _shown_frameworks(master, view)
+    ended = _ended_by_framework(st)
+    host, _, port = master.address.rpartition(":")
+    agents = list(st.agents.values()) if view.cluster else []
+    out: dict[str, Any] = {
+        "version": _version(),
+        "id": st.id,
+        "pid": f"master@{master.address}",
+        "hostname": host or socket.gethostname(),
+        "port": int(port) if port.isdigit() else None,
+        "start_time": master.started_at,
+        "elected_time": master.started_at if term.leading else None,
+        "leader": f"master@{master.leader_address}" if master.leader_address else "",
+        "activated_slaves": sum(1 for a in agents if a.connected),
+        "deactivated_slaves": sum(1 for a in agents if not a.connected),
+        "unreachable_slaves": 0,
+        "cluster": "",
+        "slaves": [_agent(a) for a in agents],
+        "recovered_slaves": [],
+        "frameworks": [_framework(master, f, full=True, ended=ended) for f in shown],
+        "completed_frameworks": [],
+        "orphan_tasks": [],
+        "unregistered_frameworks": [],
+    }
+    if not view.everything:
+        out["partial"] = "the viewer's principal may see only part of the state (master.acls)"
+    return out
+
+
+def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
+    """``/state-summary``: agents and frameworks with their task counts by state, no tasks."""
+    st = master.term.state
+    shown = _shown_frameworks(master, view)
+    shown_ids = {f.id for f in shown}
+    host = master.address.rpartition(":")[0]
+    slaves = []
+    for a in st.agents.values() if view.cluster else ():
+        counts: dict[str, int] = {}
+        frameworks: set[str] = set()
+        for t in a.tasks.values():
+            counts[state_name(t.state)] = counts.get(state_name(t.state), 0) + 1
+            frameworks.add(t.framework_id)
+        slaves.append(
+            {**_agent(a), **_zero_counts(), **counts, "framework_ids": sorted(frameworks & shown_ids)}
+        )
+    frameworks_out = []
+    for f in shown:
+        counts = {}
+        agents: set[str] = set()
+        for t in f.tasks.values():
+            counts[state_name(t.state)] = counts.get(state_name(t.state), 0) + 1
+            agents.add(t.agent_id)
+        frameworks_out.append(
+            {**_framework(master, f, full=False), **_zero_counts(), **counts, "slave_ids": sorted(agents)}
+        )
+    return {"hostname": host, "cluster": "", "slaves": slaves, "frameworks": frameworks_out}
+
+
+def frameworks(master: Master, view: View, framework_id: str | None = None) -> dict[str, Any]:
+    """``/frameworks[?framework_id=]``."""
+    shown = [f for f in _shown_frameworks(master, view) if framework_id is None or f.id == framework_id]
+    ended = _ended_by_framework(master.term.state)
+    return {
+        "frameworks": [_framework(master, f, full=True, ended=ended) for f in shown],
+        "completed_frameworks": [],
+        "unregistered_frameworks": [],
+    }
+
+
+def slaves(master: Master, view: View, agent_id: str | None = None) -> dict[str, Any]:
+    """``/slaves[?slave_id=]`` (and ``/agents``): nothing without ``view_cluster``."""
+    agents = master.term.state.agents.values() if view.cluster else ()
+    return {
+        "slaves": [_agent(a) for a in agents if agent_id is None or a.id == agent_id],
+        "recovered_slaves": [],
+    }
+
+
+def tasks(
+    master: Master,
+    view: View,
+    *,
+    framework_id: str | None = None,
+    task_id: str | None = None,
+    limit: int = TASKS_LIMIT,
+    offset: int = 0,
+    order: str = "desc",
+) -> dict[str, Any]:
+    """``/tasks``: active and completed tasks, newest first (``order=desc``) by the time
+    of their last update, ``offset`` skipped, at most ``limit``."""
+    st = master.term.state
+    shown = {f.id: f for f in _shown_frameworks(master, view)}
+    found: list[TaskRecord] = []
+    for f in shown.values():
+        if framework_id is None or f.id == framework_id:
+            found.extend(t for t in f.tasks.values() if task_id is None or t.id == task_id)
+    found.extend(
+        t
+        for t in st.completed_tasks
+        if t.framework_id in shown
+        and (framework_id is None or t.framework_id == framework_id)
+        and (task_id is None or t.id == task_id)
+    )
+    found.sort(key=lambda t: t.updated_at, reverse=order == "desc")
+    return {"tasks": [_task(master, t) for t in found[offset : offset + limit]]}
+
+
+def render(document: str, master: Master, view: View, params: tuple[tuple[str, Any], ...] = ()) -> str:
+    """One document as JSON text, for :class:`~.state_snapshot.StateSnapshots`."""
+    kwargs = dict(params)
+    if document == "state":
+        value = state(master, view)
+    elif document == "summary":
+        value = summary(master, view)
+    elif document == "frameworks":
+        value = frameworks(master, view, **kwargs)
+    elif document == "slaves":
+        value = slaves(master, view, **kwargs)
+    elif document == "tasks":
+        value = tasks(master, view, **kwargs)
+    else:
+        raise ValueError(f"no such document: {document}")
+    return json.dumps(value, separators=(",", ":"))
+
+
+# -- the parts ---------------------------------------------------------------------------
+
+
+def _shown_frameworks(master: Master, view: View) -> list[FrameworkRecord]:
+    frameworks = master.term.state.frameworks.values()
+    if view.everything:
+        return list(frameworks)
+    return [f for f in frameworks if view.sees_user(f.info.user or DEFAULT_USER)]
+
+
+def _zero_counts() -> dict[str, int]:
+    return {
+        name: 0
+        for name in (
+            "TASK_STAGING",
+            "TASK_STARTING",
+            "TASK_RUNNING",
+            "TASK_KILLING",
+            "TASK_FINISHED",
+            "TASK_KILLED",
+            "TASK_FAILED",
+            "TASK_LOST",
+            "TASK_ERROR",
+            "TASK_UNREACHABLE",
+        )
+    }
+
+
+def _agent(a: AgentRecord) -> dict[str, Any]:
+    used = a.total - a.free
+    offered = Resources()
+    for o in a.offers.values():
+        offered = offered + o.resources
+    return {
+        "id": a.id,
+        "pid": f"slave(1)@{a.info.hostname}:{a.info.port}",
+        "hostname": a.info.hostname,
+        "port": a.info.port,
+        "registered_time": a.registered_at,
+        "resources": flat(a.total),
+        "used_resources": flat(used - offered),
+        "offered_resources": flat(offered),
+        "reserved_resources": {},
+        "unreserved_resources": flat(a.total),
+        "free_resources": flat(a.free),
+        "attributes": dict(a.info.attributes or {}),
+        "active": a.connected,
+        "deactivated": False,
+        "version": _version(),
+        "capabilities": [],
+    }
+
+
+def _ended_by_framework(st: Any) -> dict[str, list[TaskRecord]]:
+    """The completed tasks the state remembers, by framework, oldest first."""
+    out: dict[str, list[TaskRecord]] = {}
+    for t in st.completed_tasks:
+        out.setdefault(t.framework_id, []).append(t)
+    return out
+
+
+def _framework(
+    master: Master, f: FrameworkRecord, *, full: bool, ended: dict[str, list[TaskRecord]] | None = None
+) -> dict[str, Any]:
+    st = master.term.state
+    info = f.info
+    used = f.tasks.held()
+    offered = _sum(o.resources for o in f.offers.values())
+    out: dict[str, Any] = {
+        "id": f.id,
+        "name": info.name,
+        "pid": f"scheduler@{f.conn.peer}" if f.conn is not None else "",
+        "user": info.user or DEFAULT_USER,
+        "hostname": info.hostname,
+        "webui_url": "",
+        "active": f.active and f.conn is not None,
+        "connected": f.conn is not None,
+        "recovered": f.principal is None and f.conn is None,
+        "failover_timeout": info.failover_timeout,
+        "checkpoint": True,
+        "principal": f.principal,
+        "role": info.role,
+        "roles": [info.role],
+        "registered_time": f.registered_at,
+        "unregistered_time": 0,
+        "used_resources": flat(used),
+        "offered_resources": flat(offered),
+        "capabilities": [],
+        "labels": [],
+        "dominant_share": round(st.allocator.dominant_share(f.id), 6),
+        "filters": {
+            "agents": sorted(f.agent_whitelist) if f.agent_whitelist is not None else None,
+            "min_free": f.min_free.to_dict() if f.min_free else None,
+        },
+        "agents_refused": st.refusals.agents_refused_by(f.id),
+        "not_offered_last_cycle": master.term.allocation.last_cycle.get("not_offered", {}).get(f.id, {}),
+    }
+    if full:
+        out["tasks"] = [_task(master, t) for t in f.tasks.values()]
+        out["unreachable_tasks"] = []
+        out["completed_tasks"] = [_task(master, t) for t in (ended or {}).get(f.id, ())]
+        out["offers"] = [_offer(o) for o in f.offers.values()]
+        out["executors"] = []
+    return out
+
+
+def _task(master: Master, t: TaskRecord) -> dict[str, Any]:
+    name = state_name(t.state)
+    statuses = [{"state": "TASK_STAGING", "timestamp": t.launched_at}]
+    if t.updated_at != t.launched_at or name != "TASK_STAGING":
+        statuses.append({"state": name, "timestamp": t.updated_at})
+    framework = master.term.state.frameworks.get(t.framework_id)
+    return {
+        "id": t.id,
+        "name": t.info.name or t.id,
+        "framework_id": t.framework_id,
+        "executor_id": t.executor_id,
+        "slave_id": t.agent_id,
+        "state": name,
+        "resources": flat(t.resources),
+        "role": framework.info.role if framework is not None else "*",
+        "statuses": statuses,
+        "labels": [{"key": k, "value": v} for k, v in sorted((t.info.labels or {}).items())],
+        "message": t.message,
+        "reason": t.reason,
+    }
+
+
+def _offer(o: OfferRecord) -> dict[str, Any]:
+    return {
+        "id": o.id,
+        "framework_id": o.framework_id,
+        "slave_id": o.agent_id,
+        "resources": flat(o.resources),
+    }
+
+
+def _sum(resources: Any) -> Resources:
+    total = Resources()
+    for r in resources:
+        total = total + r
+    return total
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
