@@ -71,7 +71,7 @@ class MasterView(Protocol):
         view: View,
         params: tuple[tuple[str, Any], ...],
         reply: Callable[[Utf8Text], None],
-    ) -> None: ...
+    ) -> bool: ...
 
 
 def mezzo_version() -> str:
@@ -193,7 +193,12 @@ class _Endpoints:
             if not answer.done():
                 answer.set_result(text)
 
-        self._master.request_document(document, view, params, reply)
+        if not self._master.request_document(document, view, params, reply):
+            return json_error(
+                503,
+                "the master is rendering other documents of its state; ask again shortly",
+                **{"Retry-After": "1"},
+            )
         text = await answer
         return web.Response(body=text.view(), content_type="application/json")
 

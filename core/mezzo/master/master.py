@@ -76,6 +76,9 @@ log = structlog.get_logger("mezzo.master", component="master")
 
 DOCUMENT_RENDERERS = 64
 """Kinds of HTTP document (document, viewer, parameters) with a renderer kept at once."""
+DOCUMENTS_RENDERING_MAX = 4
+"""Different HTTP documents rendered at once (each a forked child); more wait their turn
+at the client (503)."""
 
 
 class Master:
@@ -467,13 +470,22 @@ class Master:
         view: View,
         params: tuple[tuple[str, Any], ...],
         reply: Callable[[Utf8Text], None],
-    ) -> None:
+    ) -> bool:
         """Answer ``reply`` with one of the HTTP API's Mesos-shaped documents
         (:func:`.mesos_view.render`) as ``view`` shows it, rendered in a forked child
         shared by the waiters of the same document, view and parameters. At most
-        :data:`DOCUMENT_RENDERERS` kinds are kept; idle ones make room for new ones."""
+        :data:`DOCUMENT_RENDERERS` kinds are kept; idle ones make room for new ones.
+
+        False, and nothing done, when :data:`DOCUMENTS_RENDERING_MAX` other documents
+        are being rendered: a client asking for many different ones (``/tasks`` with a
+        new ``task_id`` each time) cannot make the master fork without end."""
         key = (document, view, params)
-        snapshots = self._documents.pop(key, None)
+        snapshots = self._documents.get(key)
+        if snapshots is None or not snapshots.busy:
+            rendering = sum(1 for s in self._documents.values() if s.busy)
+            if rendering >= DOCUMENTS_RENDERING_MAX:
+                return False
+        self._documents.pop(key, None)
         if snapshots is None:
             if len(self._documents) >= DOCUMENT_RENDERERS:
                 for old, idle in list(self._documents.items()):
@@ -489,6 +501,7 @@ class Master:
             )
         self._documents[key] = snapshots  # most recently asked last
         snapshots.request_encoded(reply)
+        return True
 
     def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]:
         """An operator's teardown from the HTTP API (``POST /teardown``), as ``mezzo
