@@ -270,3 +270,9 @@ def test_a_principal_that_may_view_nothing_gets_403_for_the_state(tls_master) ->
     assert status == 403 and "may not view the cluster" in json.loads(body)["error"]
     status, _, body = get(tls_master, "/master/state-summary", context=context_for(tls_master, "operator"))
     assert status == 200 and len(json.loads(body)["slaves"]) == 1
+
+
+def test_plain_http_at_the_tls_port_is_told_in_http_to_use_https(tls_master) -> None:
+    status, _, body = get(tls_master, "/state")
+    assert status == 400 and "this port speaks HTTPS" in json.loads(body)["error"]
+    wait_for(lambda: "the peer sent an HTTP request at this TLS port" in master_log(tls_master), 5, "the log line")

@@ -48,6 +48,17 @@ log = structlog.get_logger(component="rpc")
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
+_PLAINTEXT_HTTP_BODY = (
+    b'{"error":"this port speaks HTTPS (TLS is on): ask https:// with a certificate of the cluster\'s CA",'
+    b'"status":400}'
+)
+PLAINTEXT_HTTP_ANSWER = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(_PLAINTEXT_HTTP_BODY)).encode() + b"\r\n\r\n" + _PLAINTEXT_HTTP_BODY
+)
+"""What a plaintext HTTP request at a TLS port is answered (OpenSSL recognises one:
+``HTTP_REQUEST``), instead of a TLS alert the client could not read."""
+
 RECORD_MAX = 16_384
 """Most plaintext one TLS record carries, so the most one ``SSLObject.read`` returns:
 asking for more would only allocate (and shrink) a bigger buffer per record."""
@@ -245,7 +256,12 @@ class TlsStream(asyncio.Protocol):
             self._send_records()
             return False
         except (ssl.SSLError, OSError) as exc:
-            self._send_records()  # the alert, so the peer learns why
+            if getattr(exc, "reason", None) == "HTTP_REQUEST" and self._raw is not None:
+                # A browser or curl at http://: an alert would be noise to it; say it in HTTP.
+                self._outgoing.read()
+                self._raw.write(PLAINTEXT_HTTP_ANSWER)
+            else:
+                self._send_records()  # the alert, so the peer learns why
             self._fail_handshake(exc)
             return False
         self._send_records()
