@@ -276,3 +276,48 @@ def test_plain_http_at_the_tls_port_is_told_in_http_to_use_https(tls_master) -> 
     status, _, body = get(tls_master, "/state")
     assert status == 400 and "this port speaks HTTPS" in json.loads(body)["error"]
     wait_for(lambda: "the peer sent an HTTP request at this TLS port" in master_log(tls_master), 5, "the log line")
+
+
+def test_ended_tasks_and_frameworks_are_kept_bounded_with_their_statuses(mezzo_cluster) -> None:
+    cluster = mezzo_cluster(agents=1, master={"allocation_interval": 0.01, "max_completed_tasks_per_framework": 2})
+
+    def launch(driver, offers):
+        for offer in offers:
+            if len(sched.launched) >= 3:
+                driver.decline_offer(offer.offer_id, Filters(refuse_seconds=60))
+                continue
+            n = len(sched.launched)
+            sched.launched.append(n)
+            task = TaskInfo(
+                task_id=f"quick-{n}",
+                agent_id=offer.agent_id,
+                resources=Resources(cpus=0.1, mem=16),
+                command=CommandInfo(value="true"),
+            )
+            driver.launch_tasks(offer.offer_id, [task], Filters(refuse_seconds=0))
+
+    sched = Recorder(launch)
+    sched.launched = []
+    driver = mezzo.SchedulerDriver(sched, FrameworkInfo(name="quick"), cluster.master)
+    driver.start()
+    try:
+        for n in range(3):
+            wait_for(lambda n=n: "TASK_FINISHED" in sched.states_of(f"quick-{n}"), 30, f"quick-{n} to finish")
+        fid = driver.framework_id
+        (framework,) = json.loads(get(cluster, "/state")[2])["frameworks"]
+        assert [t["id"] for t in framework["completed_tasks"]] == ["quick-1", "quick-2"]  # 2 kept, oldest first
+        statuses = [s["state"] for s in framework["completed_tasks"][-1]["statuses"]]
+        assert statuses[0] == "TASK_STAGING" and statuses[-1] == "TASK_FINISHED" and "TASK_RUNNING" in statuses
+        times = [s["timestamp"] for s in framework["completed_tasks"][-1]["statuses"]]
+        assert times == sorted(times)
+        newest = json.loads(get(cluster, f"/tasks?framework_id={fid}&limit=1")[2])["tasks"]
+        assert [t["id"] for t in newest] == ["quick-2"] and newest[0]["state"] == "TASK_FINISHED"
+    finally:
+        driver.stop()
+    wait_for(lambda: json.loads(get(cluster, "/state")[2])["completed_frameworks"], 10, "the framework to end")
+    state = json.loads(get(cluster, "/state")[2])
+    assert state["frameworks"] == []
+    (ended,) = state["completed_frameworks"]
+    assert ended["id"] == fid and ended["unregistered_time"] >= ended["registered_time"]
+    assert [t["id"] for t in ended["completed_tasks"]] == ["quick-1", "quick-2"]
+    assert [t["id"] for t in json.loads(get(cluster, "/tasks")[2])["tasks"]] == ["quick-2", "quick-1"]

@@ -248,6 +248,11 @@ class MasterConfig:
     """Bounds on the connections of the master's port."""
     http: HttpConfig = field(default_factory=HttpConfig)
     """The HTTP API at the master's port."""
+    max_completed_tasks_per_framework: Count = 1000
+    """Ended tasks kept per framework for the HTTP API (``/state``, ``/tasks``), as
+    Apache Mesos' flag of that name; 0 keeps none."""
+    max_completed_frameworks: Count = 50
+    """Removed frameworks kept, with their ended tasks, for the HTTP API; 0 keeps none."""
     max_task_data_bytes: int = 1024 * 1024
     """Largest ``TaskInfo.data`` a launch may carry; a bigger task is TASK_ERROR
     ``task_data_too_large`` (the agent keeps it in memory and in its journal)."""

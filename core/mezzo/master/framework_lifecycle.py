@@ -162,6 +162,7 @@ class FrameworkLifecycle:
         state.refusals.clear_framework(fid)
         if record.failover_handle is not None:
             record.failover_handle.cancel()
+        state.framework_ended(record, reason)
         del state.frameworks[fid]
         state.forget_framework(fid, reason)
         state.allocator.remove_framework(fid)

@@ -28,10 +28,11 @@ from .. import state_name
 from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
+from .records import EndedFramework, EndedTask, FrameworkRecord
 
 if TYPE_CHECKING:
     from .master import Master
-    from .records import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+    from .records import AgentRecord, OfferRecord, TaskRecord
 
 TASKS_LIMIT = 100
 """``/tasks``' default ``limit``, Mesos' ``TASK_LIMIT``."""
@@ -53,7 +54,6 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     term = master.term
     st = term.state
     shown = _shown_frameworks(master, view)
-    ended = _ended_by_framework(st)
     host, _, port = master.address.rpartition(":")
     agents = list(st.agents.values()) if view.cluster else []
     out: dict[str, Any] = {
@@ -71,8 +71,8 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
         "cluster": "",
         "slaves": [_agent(a) for a in agents],
         "recovered_slaves": [],
-        "frameworks": [_framework(master, f, full=True, ended=ended) for f in shown],
-        "completed_frameworks": [],
+        "frameworks": [_framework(master, f, full=True) for f in shown],
+        "completed_frameworks": [_ended_framework(f) for f in _shown_ended(master, view)],
         "orphan_tasks": [],
         "unregistered_frameworks": [],
     }
@@ -113,10 +113,10 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
 def frameworks(master: Master, view: View, framework_id: str | None = None) -> dict[str, Any]:
     """``/frameworks[?framework_id=]``."""
     shown = [f for f in _shown_frameworks(master, view) if framework_id is None or f.id == framework_id]
-    ended = _ended_by_framework(master.term.state)
+    ended = [f for f in _shown_ended(master, view) if framework_id is None or f.id == framework_id]
     return {
-        "frameworks": [_framework(master, f, full=True, ended=ended) for f in shown],
-        "completed_frameworks": [],
+        "frameworks": [_framework(master, f, full=True) for f in shown],
+        "completed_frameworks": [_ended_framework(f) for f in ended],
         "unregistered_frameworks": [],
     }
 
@@ -142,19 +142,16 @@ def tasks(
 ) -> dict[str, Any]:
     """``/tasks``: active and completed tasks, newest first (``order=desc``) by the time
     of their last update, ``offset`` skipped, at most ``limit``."""
-    st = master.term.state
-    shown = {f.id: f for f in _shown_frameworks(master, view)}
-    found: list[TaskRecord] = []
-    for f in shown.values():
+    found: list[Any] = []
+    frameworks: list[FrameworkRecord | EndedFramework] = [
+        *_shown_frameworks(master, view),
+        *_shown_ended(master, view),
+    ]
+    for f in frameworks:
         if framework_id is None or f.id == framework_id:
-            found.extend(t for t in f.tasks.values() if task_id is None or t.id == task_id)
-    found.extend(
-        t
-        for t in st.completed_tasks
-        if t.framework_id in shown
-        and (framework_id is None or t.framework_id == framework_id)
-        and (task_id is None or t.id == task_id)
-    )
+            if isinstance(f, FrameworkRecord):
+                found.extend(t for t in f.tasks.values() if task_id is None or t.id == task_id)
+            found.extend(t for t in f.completed if task_id is None or t.id == task_id)
     found.sort(key=lambda t: t.updated_at, reverse=order == "desc")
     return {"tasks": [_task(master, t) for t in found[offset : offset + limit]]}
 
@@ -230,17 +227,7 @@ def _agent(a: AgentRecord) -> dict[str, Any]:
     }
 
 
-def _ended_by_framework(st: Any) -> dict[str, list[TaskRecord]]:
-    """The completed tasks the state remembers, by framework, oldest first."""
-    out: dict[str, list[TaskRecord]] = {}
-    for t in st.completed_tasks:
-        out.setdefault(t.framework_id, []).append(t)
-    return out
-
-
-def _framework(
-    master: Master, f: FrameworkRecord, *, full: bool, ended: dict[str, list[TaskRecord]] | None = None
-) -> dict[str, Any]:
+def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, Any]:
     st = master.term.state
     info = f.info
     used = f.tasks.held()
@@ -277,32 +264,65 @@ def _framework(
     if full:
         out["tasks"] = [_task(master, t) for t in f.tasks.values()]
         out["unreachable_tasks"] = []
-        out["completed_tasks"] = [_task(master, t) for t in (ended or {}).get(f.id, ())]
+        out["completed_tasks"] = [_task(master, t) for t in f.completed]
         out["offers"] = [_offer(o) for o in f.offers.values()]
         out["executors"] = []
     return out
 
 
-def _task(master: Master, t: TaskRecord) -> dict[str, Any]:
-    name = state_name(t.state)
-    statuses = [{"state": "TASK_STAGING", "timestamp": t.launched_at}]
-    if t.updated_at != t.launched_at or name != "TASK_STAGING":
-        statuses.append({"state": name, "timestamp": t.updated_at})
-    framework = master.term.state.frameworks.get(t.framework_id)
+def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
+    """A task, running or ended (:class:`~.records.EndedTask`), as Mesos' JSON has it."""
+    if isinstance(t, EndedTask):
+        role = t.role
+    else:
+        framework = master.term.state.frameworks.get(t.framework_id)
+        role = framework.info.role if framework is not None else "*"
     return {
         "id": t.id,
-        "name": t.info.name or t.id,
+        "name": t.name or t.id,
         "framework_id": t.framework_id,
         "executor_id": t.executor_id,
         "slave_id": t.agent_id,
-        "state": name,
+        "state": state_name(t.state),
         "resources": flat(t.resources),
-        "role": framework.info.role if framework is not None else "*",
-        "statuses": statuses,
-        "labels": [{"key": k, "value": v} for k, v in sorted((t.info.labels or {}).items())],
+        "role": role,
+        "statuses": [{"state": state_name(s), "timestamp": when} for s, when in t.statuses],
+        "labels": [{"key": k, "value": v} for k, v in sorted(t.labels.items())],
         "message": t.message,
         "reason": t.reason,
     }
+
+
+def _shown_ended(master: Master, view: View) -> list[EndedFramework]:
+    ended = master.term.state.completed_frameworks
+    if view.everything:
+        return list(ended)
+    return [f for f in ended if view.sees_user(f.info.user or DEFAULT_USER)]
+
+
+def _ended_framework(f: EndedFramework) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "name": f.info.name,
+        "user": f.info.user or DEFAULT_USER,
+        "hostname": f.info.hostname,
+        "active": False,
+        "connected": False,
+        "principal": f.principal,
+        "role": f.info.role,
+        "roles": [f.info.role],
+        "registered_time": f.registered_at,
+        "unregistered_time": f.unregistered_at,
+        "removed_because": f.reason,
+        "tasks": [],
+        "completed_tasks": [_task_ended(t) for t in f.completed],
+        "offers": [],
+        "executors": [],
+    }
+
+
+def _task_ended(t: EndedTask) -> dict[str, Any]:
+    return _task(None, t)  # type: ignore[arg-type]  # an ended task needs no master
 
 
 def _offer(o: OfferRecord) -> dict[str, Any]:

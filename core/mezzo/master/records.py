@@ -8,6 +8,7 @@ mutated only by :class:`mezzo.master.master.Master` on its event loop.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,8 @@ class FrameworkRecord:
     """Who registered it (the TLS certificate of its scheduler's connection); only that
     principal may re-register it or fail it over. None: registered without one, or
     known only from agents' reports after a master failover until its scheduler is back."""
+    completed: deque[EndedTask] = field(default_factory=deque)
+    """Its tasks that ended, oldest first (``master.max_completed_tasks_per_framework``)."""
 
     @property
     def has_filters(self) -> bool:
@@ -186,14 +189,96 @@ class TaskRecord:
     held: Any = None
     """Its :class:`~mezzo.hookspecs.HeldTask` for revocation policies, made the first
     time it is offered to one and kept (what it says never changes)."""
+    statuses: list[tuple[int, float]] = field(default_factory=list)
+    """Each state it was in and since when (Unix time), oldest first, at most
+    :data:`STATUSES_KEPT` (the first and the latest ones always)."""
+
+    def __post_init__(self) -> None:
+        if not self.statuses:
+            self.statuses.append((self.state, self.launched_at))
+
+    def moved_to(self, state: int, when: float) -> None:
+        """Record that the task is in ``state`` from ``when`` on (a repeat of its
+        current state is not a new status)."""
+        if self.statuses[-1][0] != state:
+            if len(self.statuses) >= STATUSES_KEPT:
+                del self.statuses[1]  # the first (when it was launched) stays
+            self.statuses.append((state, when))
+
+    def ended(self, role: str) -> EndedTask:
+        """What the framework's history keeps of it once it ended (of its ``role``)."""
+        return EndedTask(
+            self.info.task_id,
+            self.info.name or "",
+            self.framework_id,
+            self.agent_id,
+            self.executor_id,
+            self.state,
+            self.reason,
+            self.message,
+            self.resources,
+            self.statuses,
+            dict(self.info.labels or {}),
+            role,
+            self.updated_at,
+        )
 
     @property
     def id(self) -> str:
         return self.info.task_id
 
     @property
+    def name(self) -> str:
+        return self.info.name or ""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.info.labels or {}
+
+    @property
     def executor_id(self) -> str:
         return self.info.executor.executor_id if self.info.executor is not None else ""
+
+
+STATUSES_KEPT = 16
+"""States a task's record remembers (a task that goes back and forth between two
+states keeps its first and its latest ones)."""
+
+
+@dataclass(slots=True, eq=False)
+class EndedTask:
+    """A task that ended, as its framework's history keeps it (``master.
+    max_completed_tasks_per_framework`` of them): what operators ask about a task
+    that is gone, without its TaskInfo (its command, its data)."""
+
+    id: str
+    name: str
+    framework_id: str
+    agent_id: str
+    executor_id: str
+    state: int
+    reason: str
+    message: str
+    resources: Resources
+    statuses: list[tuple[int, float]]
+    labels: dict[str, str]
+    role: str
+    updated_at: float
+
+
+@dataclass(slots=True, eq=False)
+class EndedFramework:
+    """A framework that was removed, as the master's history keeps it (``master.
+    max_completed_frameworks`` of them), with its ended tasks."""
+
+    id: str
+    info: FrameworkInfo
+    principal: str | None
+    registered_at: float
+    unregistered_at: float
+    reason: str
+    completed: Any
+    """Its :class:`EndedTask` s, oldest first (a bounded deque)."""
 
 
 class TaskTable(dict):

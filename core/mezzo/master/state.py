@@ -38,7 +38,7 @@ from ..resources import Resources
 from ..wire.ttypes import ExecutorInfo, Filters, TaskStatus
 from . import long_tasks
 from .offers import OfferBook
-from .records import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+from .records import AgentRecord, EndedFramework, FrameworkRecord, OfferRecord, TaskRecord
 from .refusals import RefuseFilters
 
 if TYPE_CHECKING:
@@ -117,6 +117,10 @@ class ClusterState:
         self.offer_book = OfferBook(master_id, config.offer_timeout)
         self.refusals = RefuseFilters()
         self.completed_tasks: deque[TaskRecord] = deque(maxlen=COMPLETED_TASKS_KEPT)
+        self.completed_per_framework = config.max_completed_tasks_per_framework
+        """Ended tasks each framework's history keeps (:attr:`FrameworkRecord.completed`)."""
+        self.completed_frameworks: deque[EndedFramework] = deque(maxlen=config.max_completed_frameworks)
+        """Frameworks removed in this term, newest last, with their histories."""
         self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
         """Ids of frameworks removed in this term, with why (bounded)."""
         self.orphans: dict[str, list[tuple[AgentRecord, TaskRecord | tuple[str, str]]]] = {}
@@ -260,7 +264,37 @@ class ClusterState:
         it and remember how it ended."""
         self.release_task(task, agent)
         task.state, task.reason, task.message = state, reason, message
+        task.updated_at = time.time()
+        task.moved_to(state, task.updated_at)
+        self.task_ended(task)
+
+    def task_ended(self, task: TaskRecord) -> None:
+        """``task`` ended: remembered for reconciliation (:attr:`completed_tasks`) and in
+        its framework's history. What it was launched with is let go: its data (up to
+        ``max_task_data_bytes``) is never needed again once it was sent to its agent."""
+        task.info.data = None
+        task.held = None
         self.completed_tasks.append(task)
+        framework = self.frameworks.get(task.framework_id)
+        if framework is not None and self.completed_per_framework > 0:
+            framework.completed.append(task.ended(framework.info.role))
+            if len(framework.completed) > self.completed_per_framework:
+                framework.completed.popleft()
+
+    def framework_ended(self, record: FrameworkRecord, reason: str) -> None:
+        """``record`` was removed: its history joins :attr:`completed_frameworks`."""
+        if self.completed_frameworks.maxlen:
+            self.completed_frameworks.append(
+                EndedFramework(
+                    record.id,
+                    record.info,
+                    record.principal,
+                    record.registered_at,
+                    time.time(),
+                    reason,
+                    record.completed,
+                )
+            )
 
     def add_executor(self, agent: AgentRecord, key: tuple[str, str], executor: ExecutorInfo) -> None:
         """``executor`` (of framework ``key[0]``) runs on ``agent`` from now on; the

@@ -189,11 +189,12 @@ class TaskLifecycle:
             task.message = status.message or ""
             task.reason = status.reason or ""
             task.updated_at = time.time()
+            task.moved_to(status.state, task.updated_at)
             if is_terminal(status.state):
                 state.release_task(task, agent)
                 for watcher in state.watchers:
                     watcher.task_ended(task, agent)
-                state.completed_tasks.append(task)
+                state.task_ended(task)
                 state.request_allocation(prompt=True)
         state.observe.mezzo_task_status(framework_id=fid, status=status)
         if record is None:
