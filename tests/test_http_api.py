@@ -321,3 +321,30 @@ def test_ended_tasks_and_frameworks_are_kept_bounded_with_their_statuses(mezzo_c
     assert ended["id"] == fid and ended["unregistered_time"] >= ended["registered_time"]
     assert [t["id"] for t in ended["completed_tasks"]] == ["quick-1", "quick-2"]
     assert [t["id"] for t in json.loads(get(cluster, "/tasks")[2])["tasks"]] == ["quick-2", "quick-1"]
+
+
+def test_a_post_a_browser_says_another_site_sent_is_refused(plain_master) -> None:
+    host, port = plain_master.master.rsplit(":", 1)
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request(
+                "POST",
+                "/master/teardown",
+                body="frameworkId=x",
+                headers={"Content-Type": "application/x-www-form-urlencoded", **headers},
+            )
+            answer = conn.getresponse()
+            status, body = answer.status, json.loads(answer.read())
+        finally:
+            conn.close()
+        assert status == 403 and "sent by another site" in body["error"], body
+    # The same from a tool (no Origin) reaches the endpoint: an unknown id, 400.
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request(
+            "POST", "/teardown", body="frameworkId=x", headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        assert conn.getresponse().status == 400
+    finally:
+        conn.close()

@@ -10,18 +10,25 @@ protocol. That is where the port's :class:`~mezzo.rpc.limits.ConnectionLimiter`
 keeps its hold, as it does on Thrift connections, for which the link answers the
 same questions:
 
-- a *request* is what the client sent since the last response began, held like an
-  incomplete frame: the first must be answered within ``first_frame_timeout``, each
-  within ``partial_frame_timeout`` of its first byte (a client trickling its headers,
-  or a body, is closed), and their bytes count in ``partial_frames_max_bytes``;
+- a *request* is what the client sent until its head reached a handler (or, failing
+  that, a response began), held like an incomplete frame: the first must arrive within
+  ``first_frame_timeout``, each within ``partial_frame_timeout`` of its first byte (a
+  client trickling its headers, or a body, is closed), and their bytes count in
+  ``partial_frames_max_bytes``; the time a handler then takes (a state rendered for
+  seconds) is not the client's;
 - a connection silent for ``unregistered_idle_timeout`` is closed (an idle
   keep-alive), unless its response is still being written;
-- a client that does not read what it asked for is paused at ``write_buffer_high``,
-  and aborted past ``write_buffer_max`` or after ``write_stall_timeout``;
+- a client that does not read what it asked for is not read from while more than
+  ``write_buffer_high`` waits for it (aiohttp's own flow control then holds its
+  handler), and aborted after ``write_stall_timeout`` without taking a byte;
 - the connection keeps the admission slot its socket was given, and frees it when lost.
 
-Nothing here parses HTTP: "a response began" is the handler's first write after a
-request's bytes.
+Reading is paused for two reasons, kept apart: the client's unread backlog (above)
+and aiohttp's own queue of pipelined requests or unread body; the socket is read
+again only once neither holds it.
+
+Nothing here parses HTTP: a request's head is known to be in when a handler starts
+(:meth:`HttpLink.request_arrived`, from :func:`.server.request_arrived`).
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class HttpLink(asyncio.Protocol):
         """Who the client proved to be with its TLS certificate (None without one)."""
         self.last_received = loop.time()
         self.write_paused = False
+        self._handler_paused = False
+        """aiohttp asked not to be given more for now (pipelined requests, an unread body)."""
         self._request_bytes = 0
         """Bytes received since the last response began (the request being read or handled)."""
         self._bytes_out = 0
@@ -94,7 +103,17 @@ class HttpLink(asyncio.Protocol):
         self._request_bytes += len(data)
         if self._limiter is not None:
             self._limiter.received(self, 0, now)  # type: ignore[arg-type]
+            if not self.is_open:
+                return  # dropped for it (too much held): nothing of it is served
         self._handler.data_received(data)
+
+    def request_arrived(self) -> None:
+        """A request's head reached a handler: what the client sent is no longer held
+        input; whatever follows (a body, the next request) starts a new clock."""
+        if self._request_bytes:
+            self._request_bytes = 0
+            if self._limiter is not None:
+                self._limiter.received(self, 1, self._loop.time())  # type: ignore[arg-type]
 
     def eof_received(self) -> bool | None:
         return self._handler.eof_received()
@@ -117,7 +136,7 @@ class HttpLink(asyncio.Protocol):
         self.write_paused = False
         if self._limiter is not None:
             self._limiter.write_resumed(self, self._loop.time())  # type: ignore[arg-type]
-        if self._transport is not None:
+        if self._transport is not None and not self._handler_paused and not self._transport.is_closing():
             self._transport.resume_reading()
         self._handler.resume_writing()
 
@@ -127,11 +146,7 @@ class HttpLink(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._request_bytes:
-            # A response began: the request it answers no longer counts as held input.
-            self._request_bytes = 0
-            if self._limiter is not None:
-                self._limiter.received(self, 1, self._loop.time())  # type: ignore[arg-type]
+        self.request_arrived()  # a response began (aiohttp's own, to a request it refused)
         self._bytes_out += len(data)
         transport.write(data)
 
@@ -156,10 +171,12 @@ class HttpLink(asyncio.Protocol):
         return self._transport.get_extra_info(name, default) if self._transport is not None else default
 
     def pause_reading(self) -> None:
+        self._handler_paused = True
         if self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
+        self._handler_paused = False
         if self._transport is not None and not self._transport.is_closing() and not self.write_paused:
             self._transport.resume_reading()
 

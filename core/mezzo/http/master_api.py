@@ -23,13 +23,17 @@ as it is:
 A standby answers every call but ``/health`` with 307 to the leader, or 503 while
 none is elected. Callers are who their TLS certificate says (the port's TLS, as for
 Thrift); refusals are 403 with the same words and audit line as the Thrift calls'.
-Handlers only read the master's state, and read it cheaply (none is O(agents)).
+A request that changes something and that a browser says another site sent is
+refused (:func:`.server.same_origin`). Handlers read the master's state cheaply (none
+is O(agents) on the loop: the documents are rendered in a child); only ``/teardown``
+changes it, through the same code as ``mezzo teardown``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
@@ -42,7 +46,15 @@ from ..master.audit import refused
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
 from . import metrics
-from .server import MAX_BODY_BYTES, BadParameter, Handler, json_error, json_errors
+from .server import (
+    MAX_BODY_BYTES,
+    BadParameter,
+    Handler,
+    json_error,
+    json_errors,
+    request_arrived,
+    same_origin,
+)
 
 PREFIXES = ("", "/master")
 """Every endpoint is served at its path and under ``/master``, as Mesos does."""
@@ -88,7 +100,10 @@ def principal_of(request: web.Request) -> str | None:
 
 def master_app(master: MasterView) -> web.Application:
     """The aiohttp application of ``master``'s endpoints."""
-    app = web.Application(middlewares=[json_errors, _leader_only(master)], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[request_arrived, json_errors, same_origin, _leader_only(master)],
+        client_max_size=MAX_BODY_BYTES,
+    )
     endpoints = _Endpoints(master)
     for prefix in PREFIXES:
         app.router.add_get(f"{prefix}/health", endpoints.health, allow_head=True)
@@ -231,7 +246,8 @@ class _Endpoints:
 
 
 def settings_of(master: MasterView) -> dict[str, Any]:
-    """``[master]`` as the master runs it, for ``/flags``: no secret in it."""
+    """``[master]`` as the master runs it, for ``/flags``: no secret in it (the ZooKeeper
+    password hidden, plugins' settings tables only named, the ACL rules counted)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(master.config):
         value = getattr(master.config, f.name)
@@ -243,10 +259,15 @@ def settings_of(master: MasterView) -> dict[str, Any]:
                 "permissive": bool(master.acls.permissive),
                 "rules": {action: len(rules) for action, rules in master.acls.rules.items() if rules},
             }
+        elif f.name in ("offer_filter_settings",):
+            # Plugins' own tables may hold their credentials: which plugins, not what.
+            value = {name: "(set)" for name in value}
+        elif f.name in ("allocator", "revocation_policy"):
+            value = {"name": value.name, "settings_tables": sorted(value.settings)}
         elif dataclasses.is_dataclass(value):
             value = dataclasses.asdict(value)  # type: ignore[arg-type]
         out[f.name] = value
-    return out
+    return json.loads(json.dumps(out, default=str))  # whatever TOML gave (dates): as text
 
 
 ID_MAX = 200

@@ -26,6 +26,8 @@ MAX_BODY_BYTES = 1 << 20
 """Largest request body read (aiohttp answers 413 past it): the API's bodies are forms."""
 KEEPALIVE_TIMEOUT = 75.0
 """Seconds an idle keep-alive connection is kept (the port's idle timeout may close it sooner)."""
+SHUTDOWN_TIMEOUT = 1.0
+"""Seconds the requests in flight get to finish when the daemon stops (then they are cancelled)."""
 
 
 def json_error(status: int, message: str, **headers: str) -> web.Response:
@@ -39,6 +41,32 @@ class BadParameter(Exception):
     def __init__(self, name: str, problem: str) -> None:
         super().__init__(f"parameter {name!r}: {problem}")
         self.name = name
+
+
+@web.middleware
+async def request_arrived(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Tell the link a whole request head is in (:meth:`.link.HttpLink.request_arrived`):
+    from now on the time is the handler's (a state rendered for seconds), not the client's."""
+    arrived = getattr(request.transport, "request_arrived", None)
+    if arrived is not None:
+        arrived()
+    return await handler(request)
+
+
+@web.middleware
+async def same_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a request that changes something when a browser says another site sent it
+    (``Origin`` not this host, or ``Sec-Fetch-Site: cross-site``): a web page open near
+    the cluster must not tear down frameworks with a form. Tools send neither header."""
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        origin = request.headers.get("Origin")
+        site = request.headers.get("Sec-Fetch-Site")
+        foreign_origin = origin is not None and origin.split("://", 1)[-1] != request.host
+        if site in ("cross-site", "same-site") or foreign_origin:
+            return json_error(
+                403, f"{request.method} {request.path}: refused, sent by another site ({origin or site})"
+            )
+    return await handler(request)
 
 
 @web.middleware
@@ -82,7 +110,11 @@ class HttpServer:
 
     async def start(self) -> None:
         self._runner = web.AppRunner(
-            self.app, handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=KEEPALIVE_TIMEOUT,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
         )
         await self._runner.setup()
         self._server = self._runner.server

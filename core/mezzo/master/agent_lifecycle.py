@@ -376,7 +376,8 @@ class AgentLifecycle:
             if is_terminal(task_state):
                 # Its end is still being reported: nothing to hold, but reconciliation
                 # must know how it ended, and the report, from this agent, must go on.
-                state.task_ended(tr)
+                # Not into the history: an agent re-registering again would add it again.
+                state.task_ended(tr, history=False)
                 agent.unadopted_tasks.add((fid, t.task_id))
                 continue
             if t.executor is not None and (fid, tr.executor_id) in refused_executors:

@@ -143,9 +143,9 @@ class Master:
         one per distinct view: as many as the ACLs can make, never more than their rules."""
         self._server: Listener | None = None
         self._http: HttpServer | None = None
+        """The HTTP API sharing the port (``[master.http]``)."""
         self._documents: dict[tuple, StateSnapshots] = {}
         """Renderers of the HTTP API's documents by (document, view, parameters)."""
-        """The HTTP API sharing the port (``[master.http]``)."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -436,6 +436,11 @@ class Master:
         if self._detector is not None:
             await loop.run_in_executor(None, self._detector.stop)
             self._detector = None
+        if self._http is not None:
+            # First, while the state can still answer the requests in flight (briefly:
+            # see HttpServer.stop); the links themselves close with the port below.
+            await self._http.stop()
+            self._http = None
         self.term.close()
         self.loop_watch.stop()
         self.snapshots.close()
@@ -447,9 +452,6 @@ class Master:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        if self._http is not None:
-            await self._http.stop()
-            self._http = None
         log.info("master stopped", address=self.address)
 
     def _request_view(self, view: View, reply: Callable[[Utf8Text], None]) -> None:
@@ -490,7 +492,8 @@ class Master:
             if len(self._documents) >= DOCUMENT_RENDERERS:
                 for old, idle in list(self._documents.items()):
                     if not idle.busy:
-                        idle.close()
+                        # No child and nothing waiting: dropped as it is (not closed, which
+                        # would stop an answer still being handed out a waiter per turn).
                         del self._documents[old]
                         if len(self._documents) < DOCUMENT_RENDERERS:
                             break

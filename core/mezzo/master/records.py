@@ -215,9 +215,9 @@ class TaskRecord:
             self.executor_id,
             self.state,
             self.reason,
-            self.message,
+            self.message[:ENDED_MESSAGE_MAX],
             self.resources,
-            self.statuses,
+            list(self.statuses),
             dict(self.info.labels or {}),
             role,
             self.updated_at,
@@ -239,6 +239,10 @@ class TaskRecord:
     def executor_id(self) -> str:
         return self.info.executor.executor_id if self.info.executor is not None else ""
 
+
+ENDED_MESSAGE_MAX = 1024
+"""Characters of an ended task's last message its history keeps: a peer's message
+may be megabytes, and the history holds a thousand tasks per framework."""
 
 STATUSES_KEPT = 16
 """States a task's record remembers (a task that goes back and forth between two

@@ -268,15 +268,16 @@ class ClusterState:
         task.moved_to(state, task.updated_at)
         self.task_ended(task)
 
-    def task_ended(self, task: TaskRecord) -> None:
-        """``task`` ended: remembered for reconciliation (:attr:`completed_tasks`) and in
-        its framework's history. What it was launched with is let go: its data (up to
-        ``max_task_data_bytes``) is never needed again once it was sent to its agent."""
+    def task_ended(self, task: TaskRecord, *, history: bool = True) -> None:
+        """``task`` ended: remembered for reconciliation (:attr:`completed_tasks`) and,
+        with ``history``, in its framework's history. What it was launched with is let
+        go: its data (up to ``max_task_data_bytes``) is never needed again once it was
+        sent to its agent."""
         task.info.data = None
         task.held = None
         self.completed_tasks.append(task)
         framework = self.frameworks.get(task.framework_id)
-        if framework is not None and self.completed_per_framework > 0:
+        if history and framework is not None and self.completed_per_framework > 0:
             framework.completed.append(task.ended(framework.info.role))
             if len(framework.completed) > self.completed_per_framework:
                 framework.completed.popleft()
