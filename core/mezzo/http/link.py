@@ -69,7 +69,8 @@ class HttpLink(asyncio.Protocol):
         self._handler_paused = False
         """aiohttp asked not to be given more for now (pipelined requests, an unread body)."""
         self._request_bytes = 0
-        """Bytes received since the last response began (the request being read or handled)."""
+        """Bytes received since a request's head last reached a handler (or a response
+        began): the request being read, held like an incomplete frame."""
         self._bytes_out = 0
 
     # -- the limiter's view (the same as a Thrift Connection's) --------------------------
