@@ -6,7 +6,6 @@ import http.client
 import json
 import socket
 import ssl
-import time
 
 import mezzo
 import pytest
@@ -92,10 +91,8 @@ def test_a_request_that_never_ends_is_closed_and_the_master_serves_on(mezzo_clus
     host, port = cluster.master.rsplit(":", 1)
     slow = socket.create_connection((host, int(port)))
     slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
-    slow.settimeout(15)
-    started = time.monotonic()
+    slow.settimeout(15)  # far past partial_frame_timeout: a recv that times out fails the test
     assert slow.recv(100) == b""  # closed on it
-    assert time.monotonic() - started < 10
     slow.close()
     wait_for(lambda: "partial_frame_timeout" in master_log(cluster), 5, "the closing logged")
     assert get(cluster, "/health")[0] == 200

@@ -165,9 +165,6 @@ class HttpLink(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
-    def can_write_eof(self) -> bool:
-        return False  # under TLS there is no half-close; aiohttp then closes instead
-
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._transport.get_extra_info(name, default) if self._transport is not None else default
 
@@ -181,16 +178,8 @@ class HttpLink(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing() and not self.write_paused:
             self._transport.resume_reading()
 
-    def is_reading(self) -> bool:
-        return self._transport is not None and not self._transport.is_closing()
-
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() if self._transport is not None else 0
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        if self._transport is None:
-            return (0, 0)
-        return self._transport.get_write_buffer_limits()
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         if self._transport is not None:

@@ -35,13 +35,14 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from .. import __version__
 from ..acls import Acls, View
 from ..master import mesos_view
+from ..master.audit import principal_of as link_principal
 from ..master.audit import refused
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
@@ -86,16 +87,9 @@ class MasterView(Protocol):
     ) -> bool: ...
 
 
-def mezzo_version() -> str:
-    try:
-        return version("mezzo")
-    except PackageNotFoundError:  # run from a source tree without installing
-        return "unknown"
-
-
 def principal_of(request: web.Request) -> str | None:
     """Who the caller proved to be with its TLS certificate (None without TLS or a certificate)."""
-    return getattr(request.transport, "principal", None)
+    return link_principal(request.transport)
 
 
 def master_app(master: MasterView) -> web.Application:
@@ -146,7 +140,7 @@ class _Endpoints:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": mezzo_version(), "name": "mezzo"})
+        return web.json_response({"version": __version__, "name": "mezzo"})
 
     async def redirect(self, request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(f"//{self._master.leader_address}")

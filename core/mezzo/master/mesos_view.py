@@ -24,11 +24,12 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from .. import state_name
+from .. import __version__, state_name
 from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
 from .records import EndedFramework, EndedTask, FrameworkRecord
+from .state_view import shows, sum_of, used_on
 
 if TYPE_CHECKING:
     from .master import Master
@@ -57,7 +58,7 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     host, _, port = master.address.rpartition(":")
     agents = list(st.agents.values()) if view.cluster else []
     out: dict[str, Any] = {
-        "version": _version(),
+        "version": __version__,
         "id": st.id,
         "pid": f"master@{master.address}",
         "hostname": host or socket.gethostname(),
@@ -95,7 +96,12 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             counts[state_name(t.state)] = counts.get(state_name(t.state), 0) + 1
             frameworks.add(t.framework_id)
         slaves.append(
-            {**_agent(a), **_zero_counts(), **counts, "framework_ids": sorted(frameworks & shown_ids)}
+            {
+                **_agent(a),
+                **dict.fromkeys(TASK_STATE_NAMES, 0),
+                **counts,
+                "framework_ids": sorted(frameworks & shown_ids),
+            }
         )
     frameworks_out = []
     for f in shown:
@@ -105,7 +111,12 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             counts[state_name(t.state)] = counts.get(state_name(t.state), 0) + 1
             agents.add(t.agent_id)
         frameworks_out.append(
-            {**_framework(master, f, full=False), **_zero_counts(), **counts, "slave_ids": sorted(agents)}
+            {
+                **_framework(master, f, full=False),
+                **dict.fromkeys(TASK_STATE_NAMES, 0),
+                **counts,
+                "slave_ids": sorted(agents),
+            }
         )
     return {"hostname": host, "cluster": "", "slaves": slaves, "frameworks": frameworks_out}
 
@@ -181,32 +192,26 @@ def _shown_frameworks(master: Master, view: View) -> list[FrameworkRecord]:
     frameworks = master.term.state.frameworks.values()
     if view.everything:
         return list(frameworks)
-    return [f for f in frameworks if view.sees_user(f.info.user or DEFAULT_USER)]
+    return [f for f in frameworks if shows(view, f.info)]
 
 
-def _zero_counts() -> dict[str, int]:
-    return {
-        name: 0
-        for name in (
-            "TASK_STAGING",
-            "TASK_STARTING",
-            "TASK_RUNNING",
-            "TASK_KILLING",
-            "TASK_FINISHED",
-            "TASK_KILLED",
-            "TASK_FAILED",
-            "TASK_LOST",
-            "TASK_ERROR",
-            "TASK_UNREACHABLE",
-        )
-    }
+TASK_STATE_NAMES = (
+    "TASK_STAGING",
+    "TASK_STARTING",
+    "TASK_RUNNING",
+    "TASK_KILLING",
+    "TASK_FINISHED",
+    "TASK_KILLED",
+    "TASK_FAILED",
+    "TASK_LOST",
+    "TASK_ERROR",
+    "TASK_UNREACHABLE",
+)
+"""The task counts every agent and framework of ``/state-summary`` carries, zeros included."""
 
 
 def _agent(a: AgentRecord) -> dict[str, Any]:
-    used = a.total - a.free
-    offered = Resources()
-    for o in a.offers.values():
-        offered = offered + o.resources
+    offered = sum_of(o.resources for o in a.offers.values())
     return {
         "id": a.id,
         "pid": f"slave(1)@{a.info.hostname}:{a.info.port}",
@@ -214,7 +219,7 @@ def _agent(a: AgentRecord) -> dict[str, Any]:
         "port": a.info.port,
         "registered_time": a.registered_at,
         "resources": flat(a.total),
-        "used_resources": flat(used - offered),
+        "used_resources": flat(used_on(a)),
         "offered_resources": flat(offered),
         "reserved_resources": {},
         "unreserved_resources": flat(a.total),
@@ -222,7 +227,7 @@ def _agent(a: AgentRecord) -> dict[str, Any]:
         "attributes": dict(a.info.attributes or {}),
         "active": a.connected,
         "deactivated": False,
-        "version": _version(),
+        "version": __version__,
         "capabilities": [],
     }
 
@@ -231,7 +236,7 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, A
     st = master.term.state
     info = f.info
     used = f.tasks.held()
-    offered = _sum(o.resources for o in f.offers.values())
+    offered = sum_of(o.resources for o in f.offers.values())
     out: dict[str, Any] = {
         "id": f.id,
         "name": info.name,
@@ -297,7 +302,7 @@ def _shown_ended(master: Master, view: View) -> list[EndedFramework]:
     ended = master.term.state.completed_frameworks
     if view.everything:
         return list(ended)
-    return [f for f in ended if view.sees_user(f.info.user or DEFAULT_USER)]
+    return [f for f in ended if shows(view, f.info)]
 
 
 def _ended_framework(f: EndedFramework) -> dict[str, Any]:
@@ -332,16 +337,3 @@ def _offer(o: OfferRecord) -> dict[str, Any]:
         "slave_id": o.agent_id,
         "resources": flat(o.resources),
     }
-
-
-def _sum(resources: Any) -> Resources:
-    total = Resources()
-    for r in resources:
-        total = total + r
-    return total
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__

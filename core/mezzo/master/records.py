@@ -218,7 +218,7 @@ class TaskRecord:
             self.message[:ENDED_MESSAGE_MAX],
             self.resources,
             list(self.statuses),
-            dict(self.info.labels or {}),
+            self.info.labels or {},  # never changed once launched: shared, not copied
             role,
             self.updated_at,
         )

@@ -16,6 +16,7 @@ from .. import state_name
 from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
+from ..wire.ttypes import FrameworkInfo
 
 if TYPE_CHECKING:
     from .master import Master
@@ -63,8 +64,8 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 "attributes": dict(a.info.attributes or {}),
                 "resources": as_dict(a.total),
                 "free": as_dict(a.free),
-                "offered": as_dict(_sum(o.resources for o in a.offers.values())),
-                "used": as_dict(_used(a)),
+                "offered": as_dict(sum_of(o.resources for o in a.offers.values())),
+                "used": as_dict(used_on(a)),
                 "tasks": len(a.tasks),
                 "executors": [{"framework_id": f, "executor_id": e} for (f, e) in a.executors],
                 "containers": a.statistics,
@@ -80,8 +81,8 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 "active": f.active,
                 "dominant_share": round(allocator.dominant_share(f.id), 6),
                 "guaranteed_share": allocator.guaranteed_share(f.id).to_dict(),
-                "used": as_dict(_sum(t.resources for t in f.tasks.values())),
-                "offered": as_dict(_sum(o.resources for o in f.offers.values())),
+                "used": as_dict(sum_of(t.resources for t in f.tasks.values())),
+                "offered": as_dict(sum_of(o.resources for o in f.offers.values())),
                 "tasks": len(f.tasks),
                 "filters": {
                     "agents": sorted(f.agent_whitelist) if f.agent_whitelist is not None else None,
@@ -132,6 +133,11 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     }
 
 
+def shows(view: View, framework: FrameworkInfo) -> bool:
+    """Whether ``view`` shows the framework (by its user, ``nobody`` when it names none)."""
+    return view.sees_user(framework.user or DEFAULT_USER)
+
+
 def render_state(master: Master, view: View = FULL_VIEW) -> str:
     return json.dumps(snapshot(master, view), sort_keys=False)
 
@@ -139,7 +145,7 @@ def render_state(master: Master, view: View = FULL_VIEW) -> str:
 def _partial(full: dict[str, Any], view: View, master: Master) -> dict[str, Any]:
     """``full`` cut down to ``view``: O(its size), in the rendering child like the rest."""
     frameworks = master.term.state.frameworks
-    shown = {fid for fid, f in frameworks.items() if view.sees_user(f.info.user or DEFAULT_USER)}
+    shown = {fid for fid, f in frameworks.items() if shows(view, f.info)}
     out: dict[str, Any] = {
         "master": {k: full["master"][k] for k in ("id", "address", "leading", "leader")},
         "frameworks": [f for f in full["frameworks"] if f["id"] in shown],
@@ -183,14 +189,16 @@ class _Dicts:
         return out
 
 
-def _used(agent) -> Resources:
+def used_on(agent) -> Resources:
+    """What tasks and executors hold on ``agent`` (not what is offered of it)."""
     used = agent.total - agent.free
     for o in agent.offers.values():
         used = used - o.resources
     return used
 
 
-def _sum(resources) -> Resources:
+def sum_of(resources) -> Resources:
+    """The sum of some resource bundles."""
     total = Resources()
     for r in resources:
         total = total + r

@@ -232,9 +232,6 @@ class TlsStream(asyncio.Protocol):
     def get_protocol(self) -> asyncio.BaseProtocol | None:
         return self._app
 
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._raw.get_write_buffer_limits() if self._raw is not None else (0, 0)
-
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "sslcontext":
             return self._ssl.context
