@@ -7,6 +7,7 @@ the scripts (and the emulators they drive) from rotting between those runs.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,18 @@ def test_tls_cost_ratio_of_a_zero_baseline_is_not_a_number_rather_than_a_crash()
         sys.path.remove(str(BENCH))
     assert math.isnan(tls_cost.median_ratio([0.0], [0.016]))
     assert tls_cost.median_ratio([0.0, 0.5, 0.4], [0.016, 0.6, 0.6]) == pytest.approx(1.35)
+
+
+def test_http_polling_at_a_toy_size_polls_every_endpoint_and_reads_a_sandbox():
+    out = run_bench("http_polling.py", "--agents", "200", "--frameworks", "10", "--pairs", "1", "--runs", "1",
+                    "--settle", "0", "--probe-seconds", "1", "--task-mean", "2", "--task-stddev", "0.5",
+                    "--file-mib", "1", "--passes", "1")
+    assert "pair 1 quiet : extra" in out and "pair 1 polled: extra" in out
+    assert "| probe extra delay (median of 1) |" in out
+    for path in ("/state-summary", "/metrics", "/overview"):
+        assert re.search(rf"\| `{path}` \| [1-9][0-9]* \| 0 \| [0-9.]+ ms \|", out), path  # answered, none failed
+    for way in ("read, master", "read, agent", "download, master", "download, agent"):
+        assert re.search(rf"\| {way} \| [0-9.]+ \|", out), way
+    # The three verdicts.
+    assert "extra delay polled / quiet" in out and "`/metrics` median" in out
+    assert "`/files/read` through the master" in out

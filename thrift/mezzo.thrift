@@ -240,6 +240,12 @@ service Master {
    * agent.statistics_interval while any isolator measures something.
    */
   oneway void container_statistics(1: string agent_id, 2: string statistics_json),
+  /**
+   * The answer to Agent.files_request: status is an HTTP status (200, or 400, 403,
+   * 404 with a JSON {"error", "status"} body); body is JSON (browse, read) or the raw
+   * bytes asked for (download). Matched by request_id to the agent that was asked.
+   */
+  oneway void files_reply(1: i64 request_id, 2: i32 status, 3: binary body),
 
   // -- from tools (mezzo state)
   oneway void request_state(1: i64 request_id),
@@ -305,6 +311,13 @@ service Agent {
    * those tasks again, and registers as a new agent.
    */
   oneway void reregistration_refused(1: string agent_id, 2: string message),
+  /**
+   * The master proxies its /files/* HTTP API for a caller: operation is "browse",
+   * "read" (offset, length: as /files/read) or "download" (raw bytes from offset, at
+   * most length). Answered Master.files_reply(request_id, ...); see mezzo.agent.files.
+   */
+  oneway void files_request(1: i64 request_id, 2: string operation, 3: string path,
+                            4: i64 offset, 5: i64 length),
 
   // -- from tools (mezzo state --agent)
   /** Answered with Tool.statistics: the usage of every container, measured now. */

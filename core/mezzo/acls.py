@@ -37,6 +37,8 @@ action                   object key                  checked when
                                                      :func:`mezzo.task_user.task_user`)
 ``register_agents``      (none)                      an agent registers or re-registers
 ``teardown_frameworks``  ``framework_principals``    an operator tears a framework down
+``kill_tasks``           ``framework_principals``    an operator kills one of its tasks
+``drain_agents``         (none)                      an operator drains or reactivates an agent
 ``view_frameworks``      ``users``                   ``mezzo state``: which frameworks
                                                      (by ``FrameworkInfo.user``) and their
                                                      tasks and offers a viewer sees
@@ -67,6 +69,8 @@ ACTIONS: dict[str, str | None] = {
     "run_tasks": "users",
     "register_agents": None,
     "teardown_frameworks": "framework_principals",
+    "kill_tasks": "framework_principals",
+    "drain_agents": None,
     "view_frameworks": "users",
     "view_cluster": None,
 }
@@ -252,7 +256,8 @@ def single_tenant(
     """``[master.acls]`` for a cluster one team owns (``mezzo local``, the test and bench
     clusters): ``agents`` register agents; ``frameworks`` (and the operators) register
     frameworks in any role and run tasks as any user; the operators also see everything
-    and tear down any framework. Nothing else is allowed. As parsed TOML."""
+    and tear down any framework, kill any task and drain agents. Nothing else is allowed.
+    As parsed TOML."""
     runners = frameworks if frameworks == ANY else sorted({*frameworks, *operators})
     return {
         "permissive": False,
@@ -260,6 +265,8 @@ def single_tenant(
         "register_frameworks": [{"principals": runners, "roles": ANY}],
         "run_tasks": [{"principals": runners, "users": ANY}],
         "teardown_frameworks": [{"principals": list(operators), "framework_principals": ANY}],
+        "kill_tasks": [{"principals": list(operators), "framework_principals": ANY}],
+        "drain_agents": [{"principals": list(operators)}],
         "view_frameworks": [{"principals": list(operators), "users": ANY}],
         "view_cluster": [{"principals": list(operators)}],
     }

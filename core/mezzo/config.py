@@ -186,6 +186,21 @@ class HttpConfig:
 
     enabled: bool = True
     """Answer HTTP at the port; off, such a connection is closed like any bad peer."""
+    event_heartbeat: float = 15.0
+    """Seconds between ``HEARTBEAT`` events on the event stream (``/api/v1``, ``/events``)."""
+
+
+@dataclass
+class AgentHttpConfig:
+    """``[agent.http]``: the agent's HTTP API (``/files/*``, ``/metrics``), served at its own
+    port like the master's (:mod:`mezzo.http.agent_api`)."""
+
+    enabled: bool = True
+    """Answer HTTP at the port; off, such a connection is closed like any bad peer."""
+    readers: list[str] = field(default_factory=list)
+    """With TLS: the principals who may read the sandboxes' files and the metrics at the
+    agent directly; empty, only the master reads them (its ``/files/*`` proxy). Without
+    TLS anyone may (callers have no principal)."""
 
 
 @dataclass
@@ -348,6 +363,8 @@ class AgentConfig:
     max_frame_bytes: int = 16 * 1024 * 1024
     connections: ConnectionsConfig = field(default_factory=ConnectionsConfig)
     """Bounds on the connections of the agent's port (executors, tools)."""
+    http: AgentHttpConfig = field(default_factory=AgentHttpConfig)
+    """The HTTP API at the agent's port."""
 
 
 @dataclass
@@ -535,6 +552,14 @@ def check_fraction(value: float, key: str) -> float:
     return value
 
 
+def check_heartbeat(value: float, key: str) -> float:
+    """``master.http.event_heartbeat``: at least a tenth of a second (0 would stream
+    heartbeats without pause)."""
+    if value < 0.1:
+        raise ConfigError(key, f"expected at least 0.1 seconds, got {value!r}")
+    return value
+
+
 def check_journal_bytes(value: int, key: str) -> int:
     """``agent.max_journal_bytes``: room for a journal. Raises :class:`ConfigError` naming ``key``."""
     if value < MIN_MAX_JOURNAL_BYTES:
@@ -557,6 +582,7 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.long_task_fraction": check_fraction,
     "master.agent_removal_fraction": check_fraction,
     "agent.max_journal_bytes": check_journal_bytes,
+    "master.http.event_heartbeat": check_heartbeat,
 }
 
 
@@ -582,6 +608,7 @@ _NESTED = {
     "RevocationPolicyConfig": RevocationPolicyConfig,
     "ConnectionsConfig": ConnectionsConfig,
     "HttpConfig": HttpConfig,
+    "AgentHttpConfig": AgentHttpConfig,
     "MasterConfig": MasterConfig,
     "AgentConfig": AgentConfig,
     "LogConfig": LogConfig,

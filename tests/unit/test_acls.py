@@ -77,11 +77,15 @@ def test_parse_every_action_with_its_object_key() -> None:
         "run_tasks": [{"principals": ["a"], "users": ["u"]}],
         "register_agents": [{"principals": ["agent"]}],
         "teardown_frameworks": [{"principals": ["op"], "framework_principals": ["a"]}],
+        "kill_tasks": [{"principals": ["op"], "framework_principals": "*"}],
+        "drain_agents": [{"principals": ["op"]}],
         "view_frameworks": [{"principals": "*", "users": ["u"], "allow": False}],
         "view_cluster": [{"principals": ["op"], "allow": True}],
     }
     acls = parse(table)
     assert set(acls.rules) == set(ACTIONS)
+    assert acls.allows("kill_tasks", "op", "anyone") and not acls.allows("kill_tasks", "a", "a")
+    assert acls.allows("drain_agents", "op") and not acls.allows("drain_agents", "a")
     assert acls.permissive is None
     assert acls.rules["register_frameworks"] == (Rule(frozenset({"a"}), None),)
     assert acls.rules["register_agents"] == (Rule(frozenset({"agent"}), None),)

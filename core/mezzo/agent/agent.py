@@ -57,6 +57,10 @@ What it does, by the message flows of ``docs/protocol.md``:
   (reason ``user_unknown``). Not root, or switch_user off: everything runs as the agent's
   user (said once, as a warning, at start when switch_user is on). A task for an executor
   already running as another user is refused (TASK_ERROR, ``executor_user_mismatch``).
+- HTTP (``[agent.http]``, :mod:`mezzo.http.agent_api`). The port also answers HTTP, as the
+  master's does: the sandboxes' files (:mod:`.files`), ``/metrics`` (:mod:`.metrics`). The
+  master reads the same files for its ``/files/*`` proxy over the agent's link to it
+  (``files_request``, answered ``files_reply``).
 
 Error handling: a call that makes no sense (unknown task, duplicate task id, a
 master-only call from an executor's connection, ...) is logged with who it is
@@ -71,6 +75,7 @@ import asyncio
 import functools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +87,9 @@ from ..config import AgentConfig, TlsConfig
 from ..discovery import peer_address
 from ..errors import ConfigError, MezzoError
 from ..hookspecs import Container
+from ..http.agent_api import agent_app
+from ..http.link import http_handoff
+from ..http.server import HttpServer
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
@@ -89,11 +97,12 @@ from ..rpc import Connection, ConnectionLimiter, Listener, client_tls, parse_add
 from ..services import AGENT, EXECUTOR, MASTER
 from ..task_user import task_user
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
-from . import posix
+from . import metrics, posix
 from .checkpoint import Checkpoint, CheckpointState, WorkDirBusy
 from .command_executor import CommandTask
 from .containerizer import Containerizer
 from .executors import ExecutorRun
+from .files import SandboxFiles
 from .host import agent_hostname, agent_resources
 from .master_link import DEFAULT_MASTER_PORT, MasterLink
 from .provenance import disown_strangers, is_sandbox
@@ -219,6 +228,13 @@ class Agent:
         self._limiter = ConnectionLimiter(config.connections, max_frame=config.max_frame_bytes, logger=log)
         """Bounds on the peers of the agent's port (``[agent.connections]``)."""
         self._link: MasterLink | None = None
+        self._http: HttpServer | None = None
+        """The HTTP API sharing the port (``[agent.http]``, :mod:`mezzo.http.agent_api`)."""
+        self._handoff: Callable[[Any], asyncio.Protocol] | None = None
+        self.files = SandboxFiles(config.work_dir, latest=self.latest_run)
+        """The sandboxes' files, for the HTTP API and the master's proxy (:mod:`.files`)."""
+        self.task_ends: Counter[str] = Counter()
+        """Tasks that ended here since the agent started, by terminal state name (metrics)."""
         self._background: set[asyncio.Task] = set()
         self._stopping = False
         self._starting_over = False
@@ -247,6 +263,18 @@ class Agent:
         for _container, start in recovered:
             start()  # after the isolators recovered: a container that ended is cleaned up now
         host, port = self._listen
+        if config.http.enabled:
+            started = time.monotonic()
+            self._http = HttpServer(
+                agent_app(
+                    self.files,
+                    lambda: metrics.snapshot(self, started),
+                    tls=self.tls is not None,
+                    readers=config.http.readers,
+                )
+            )
+            await self._http.start()
+            self._handoff = http_handoff(self._http.handler, self._limiter)
         self._server = await self._bind(host, port, state.port)
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
@@ -325,6 +353,7 @@ class Agent:
                     max_frame=max_frame,
                     limiter=limiter,
                     tls=self._server_tls,
+                    handoff=self._handoff,
                 )
             except OSError as exc:
                 (self.log.error if executors else self.log.info)(
@@ -341,7 +370,14 @@ class Agent:
                 before=recovered_port,
             )
         return await serve(
-            host, port, AGENT, self._service, max_frame=max_frame, limiter=limiter, tls=self._server_tls
+            host,
+            port,
+            AGENT,
+            self._service,
+            max_frame=max_frame,
+            limiter=limiter,
+            tls=self._server_tls,
+            handoff=self._handoff,
         )
 
     # -- recovery -----------------------------------------------------------
@@ -543,6 +579,9 @@ class Agent:
         # Every container was killed: nothing to recover (only a crash leaves a journal).
         self.checkpoint.clear()
         self.checkpoint.unlock()
+        if self._http is not None:
+            await self._http.stop()  # the requests in flight, briefly; the links close with the port
+            self._http = None
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -685,7 +724,10 @@ class Agent:
             return None
         if self.kill_reasons:
             self._stamp_kill_reason(status)
-        return self.updates.update(status, source=source)
+        sent = self.updates.update(status, source=source)
+        if sent is not None and is_terminal(status.state):
+            self.task_ends[state_name(status.state)] += 1
+        return sent
 
     def _stamp_kill_reason(self, status: TaskStatus) -> None:
         """Give a task the master killed for a reason of its own (revocation) that
@@ -938,6 +980,16 @@ class Agent:
         if gone:
             self.checkpoint.executor_gone(run.framework_id, run.executor_id)
         self._maybe_forget_framework(run.framework_id)
+
+    def latest_run(self, framework_id: str, executor_id: str) -> str | None:
+        """The container id of the run of that executor (or command task) the agent holds
+        now, or None (the file API then takes the newest run on disk). Also called from
+        the file API's worker threads: dict lookups only, each atomic under the GIL."""
+        fw = self.frameworks.get(framework_id)
+        if fw is None:
+            return None
+        runner = fw.command_tasks.get(executor_id) or fw.executors.get(executor_id)
+        return runner.container_id if runner is not None else None
 
     def find_executor(self, framework_id: str, executor_id: str) -> ExecutorRun | None:
         fw = self.frameworks.get(framework_id)

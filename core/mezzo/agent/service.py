@@ -10,18 +10,23 @@ dropped: an executor cannot launch tasks, a stranger cannot speak for an executo
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING
 
 from ..rpc import Connection
 from ..services import EXECUTOR, MASTER, TOOL
 from ..wire.ttypes import FrameworkInfo, KillPolicy, TaskInfo, TaskStatus
-from . import statistics
+from . import files, statistics
 from .executors import ExecutorRun
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .master_link import MasterLink
+
+FILES_IN_FLIGHT = 16
+"""File requests of the master's proxy the agent works on at once (the master keeps fewer
+outstanding per agent; this bounds a master that does not)."""
 
 
 class AgentService:
@@ -30,6 +35,7 @@ class AgentService:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
+        self._files_in_flight = 0
 
     def _from_master(self, conn: Connection, method: str) -> MasterLink | None:
         """The agent's link to the master, if ``conn`` is that link's connection; else
@@ -114,6 +120,34 @@ class AgentService:
     def reregistration_refused(self, conn: Connection, agent_id: str, message: str) -> None:
         if self._from_master(conn, "reregistration_refused") and agent_id == self._agent.agent_id:
             self._agent._on_reregistration_refused(message or "")
+
+    def files_request(
+        self, conn: Connection, request_id: int, operation: str, path: str, offset: int, length: int
+    ) -> None:
+        """The master proxies its ``/files/*`` for a caller it authorised (the agent trusts
+        the master it registered with, and answers no one else): answered
+        ``Master.files_reply`` from a worker thread's read (:func:`.files.answer`). At most
+        :data:`FILES_IN_FLIGHT` at once; more are answered 503 at once."""
+        if not self._from_master(conn, "files_request"):
+            return
+        rid = request_id if isinstance(request_id, int) else 0
+        master = conn.remote(MASTER)
+        if self._files_in_flight >= FILES_IN_FLIGHT:
+            body = json.dumps({"error": "the agent is answering other file requests; retry", "status": 503})
+            master.files_reply(rid, 503, body.encode())
+            return
+        self._files_in_flight += 1
+
+        async def reply() -> None:
+            try:
+                status, body = await asyncio.to_thread(
+                    files.answer, self._agent.files, operation or "", path or "", offset or 0, length or 0
+                )
+            finally:
+                self._files_in_flight -= 1
+            master.files_reply(rid, status, body)
+
+        self._agent.background(reply(), what="file request")
 
     # -- from tools
 

@@ -327,6 +327,13 @@ class _AgentConnection:
     ) -> None:
         pass  # emulated agents run no executors
 
+    def files_request(
+        self, conn: Connection, request_id: int, operation: str, path: str, offset: int, length: int
+    ) -> None:
+        # Emulated tasks write nothing to disk: the master's /files/* gets a plain 404.
+        body = b'{"error":"an emulated agent has no sandboxes","status":404}'
+        conn.remote(MASTER).files_reply(request_id, 404, body)
+
     def error(self, conn: Connection, message: str) -> None:
         log.error("master refused an emulated agent", message=message)
 

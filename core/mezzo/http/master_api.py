@@ -11,22 +11,30 @@ as it is:
   (:mod:`.metrics`); ``GET /metrics``: the same in Prometheus' text format. Both
   need ``view_cluster`` in ``[master.acls]``.
 - ``GET /state`` (``/state.json``), ``/state-summary``, ``/frameworks?framework_id=``,
-  ``/slaves?slave_id=`` (``/agents``), ``/tasks?framework_id=&task_id=&limit=&offset=&order=``:
-  the state in Mesos' shape (:mod:`mezzo.master.mesos_view`), as much as the
-  caller's ``view_*`` ACLs show, rendered in a forked child like ``mezzo state``.
+  ``/slaves?slave_id=&limit=&offset=`` (``/agents``),
+  ``/tasks?framework_id=&task_id=&state=&limit=&offset=&order=``, and mezzo's
+  ``/overview`` (the web UI's front page: counts, totals, frameworks, no lists of
+  agents or tasks) and ``/offers?limit=&offset=``: the state in Mesos' shape
+  (:mod:`mezzo.master.mesos_view`), each framework with why it is pending
+  (:mod:`mezzo.master.why_pending`), as much as the caller's ``view_*`` ACLs show,
+  rendered in a forked child like ``mezzo state``.
 - ``GET /flags``: ``{"flags": {...}}``, the master's settings (``[master]`` as
   loaded, defaults filled in), the ZooKeeper password hidden and the ACLs counted,
   not listed; needs ``view_cluster``.
 - ``POST /teardown`` (form ``frameworkId=``): ends a framework as ``mezzo teardown``
   does; 200, or 400 for an unknown id, 403 where ``teardown_frameworks`` does not allow it.
+- ``POST /kill`` (form ``frameworkId=&taskId=``), ``POST /drain`` (form ``agentId=``,
+  ``gracePeriod=`` seconds, default 0) and ``POST /reactivate`` (form ``agentId=``):
+  :mod:`mezzo.master.operator_actions`; 200, 404 for an unknown id, 403 where
+  ``kill_tasks`` / ``drain_agents`` do not allow it.
 
 A standby answers every call but ``/health`` with 307 to the leader, or 503 while
 none is elected. Callers are who their TLS certificate says (the port's TLS, as for
 Thrift); refusals are 403 with the same words and audit line as the Thrift calls'.
 A request that changes something and that a browser says another site sent is
 refused (:func:`.server.same_origin`). Handlers read the master's state cheaply (none
-is O(agents) on the loop: the documents are rendered in a child); only ``/teardown``
-changes it, through the same code as ``mezzo teardown``.
+is O(agents) on the loop: the documents are rendered in a child); only the ``POST``
+calls change it.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -44,9 +52,15 @@ from ..acls import Acls, View
 from ..master import mesos_view
 from ..master.audit import principal_of as link_principal
 from ..master.audit import refused
+from ..master.events import EventStream
+from ..master.operator_actions import GRACE_MAX, OperatorActions
+from ..master.operator_actions import REFUSED as ACTION_REFUSED
+from ..master.operator_actions import UNKNOWN as ACTION_UNKNOWN
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
 from . import metrics
+from .event_api import add_event_routes
+from .files_proxy import add_files_routes
 from .server import (
     MAX_BODY_BYTES,
     BadParameter,
@@ -56,6 +70,7 @@ from .server import (
     request_arrived,
     same_origin,
 )
+from .ui_routes import add_ui_routes
 
 PREFIXES = ("", "/master")
 """Every endpoint is served at its path and under ``/master``, as Mesos does."""
@@ -78,6 +93,13 @@ class MasterView(Protocol):
 
     def teardown(self, principal: str | None, peer: str, framework_id: str) -> tuple[str, str]: ...
 
+    @property
+    def operator(self) -> OperatorActions: ...
+
+    events: EventStream
+
+    def event_counts(self) -> dict[str, Any]: ...
+
     def request_document(
         self,
         document: str,
@@ -85,6 +107,17 @@ class MasterView(Protocol):
         params: tuple[tuple[str, Any], ...],
         reply: Callable[[Utf8Text], None],
     ) -> bool: ...
+
+    def request_files(
+        self,
+        view: View,
+        agent_id: str,
+        framework_id: str,
+        operation: str,
+        path: str,
+        offset: int,
+        length: int,
+    ) -> Awaitable[tuple[int, bytes]]: ...
 
 
 def principal_of(request: web.Request) -> str | None:
@@ -106,6 +139,9 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/metrics/snapshot", endpoints.metrics_snapshot)
         app.router.add_get(f"{prefix}/metrics", endpoints.metrics_prometheus)
         app.router.add_post(f"{prefix}/teardown", endpoints.teardown)
+        app.router.add_post(f"{prefix}/kill", endpoints.kill)
+        app.router.add_post(f"{prefix}/drain", endpoints.drain)
+        app.router.add_post(f"{prefix}/reactivate", endpoints.reactivate)
         app.router.add_get(f"{prefix}/flags", endpoints.flags)
         app.router.add_get(f"{prefix}/state", endpoints.state)
         app.router.add_get(f"{prefix}/state.json", endpoints.state)
@@ -114,6 +150,11 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/slaves", endpoints.slaves)
         app.router.add_get(f"{prefix}/agents", endpoints.slaves)
         app.router.add_get(f"{prefix}/tasks", endpoints.tasks)
+        app.router.add_get(f"{prefix}/offers", endpoints.offers)
+        app.router.add_get(f"{prefix}/overview", endpoints.overview)
+    add_event_routes(app, master, PREFIXES)
+    add_files_routes(app, master)  # /files/*: agents' sandboxes through the master (.files_proxy)
+    add_ui_routes(app)  # the read-only web UI at / (mezzo.http.ui_routes)
     return app
 
 
@@ -166,18 +207,38 @@ class _Endpoints:
 
     async def slaves(self, request: web.Request) -> web.Response:
         agent_id = _id_parameter(request, "slave_id") or _id_parameter(request, "agent_id")
-        return await self._document(request, "slaves", (("agent_id", agent_id),))
+        limit = _count_parameter(request, "limit", -1)
+        params = (
+            ("agent_id", agent_id),
+            ("limit", None if limit < 0 else limit),
+            ("offset", _count_parameter(request, "offset", 0)),
+        )
+        return await self._document(request, "slaves", params)
+
+    async def offers(self, request: web.Request) -> web.Response:
+        params = (
+            ("limit", _count_parameter(request, "limit", mesos_view.TASKS_LIMIT)),
+            ("offset", _count_parameter(request, "offset", 0)),
+        )
+        return await self._document(request, "offers", params)
+
+    async def overview(self, request: web.Request) -> web.Response:
+        return await self._document(request, "overview")
 
     async def tasks(self, request: web.Request) -> web.Response:
         order = request.query.get("order", "desc")
         if order not in mesos_view.ORDERS:
             raise BadParameter("order", f"{order[:20]!r} is not asc or desc")
+        state = request.query.get("state") or None
+        if state is not None and state not in mesos_view.TASK_STATE_NAMES:
+            raise BadParameter("state", f"{state[:20]!r} is not a task state (TASK_RUNNING, ...)")
         params = (
             ("framework_id", _id_parameter(request, "framework_id")),
             ("task_id", _id_parameter(request, "task_id")),
             ("limit", _count_parameter(request, "limit", mesos_view.TASKS_LIMIT)),
             ("offset", _count_parameter(request, "offset", 0)),
             ("order", order),
+            ("state", state),
         )
         return await self._document(request, "tasks", params)
 
@@ -226,6 +287,34 @@ class _Endpoints:
             return web.json_response({"message": message})
         return json_error(403 if outcome == REFUSED else 400, message)
 
+    async def kill(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        framework_id = _form_id(form, "frameworkId", "the id of the task's framework")
+        task_id = _form_id(form, "taskId", "the id of the task to kill")
+        outcome = self._master.operator.kill_task(
+            principal_of(request), _peer(request), framework_id, task_id
+        )
+        return _action_answer(outcome)
+
+    async def drain(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        agent_id = _form_id(form, "agentId", "the id of the agent to drain")
+        text = form.get("gracePeriod", "0")
+        try:
+            grace = float(text) if isinstance(text, str) else -1.0
+        except ValueError:
+            grace = -1.0
+        if not 0 <= grace <= GRACE_MAX:  # NaN fails too
+            raise BadParameter("gracePeriod", f"seconds between 0 and {GRACE_MAX:g}, not {str(text)[:20]!r}")
+        outcome = self._master.operator.drain(principal_of(request), _peer(request), agent_id, grace)
+        return _action_answer(outcome)
+
+    async def reactivate(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        agent_id = _form_id(form, "agentId", "the id of the agent to reactivate")
+        outcome = self._master.operator.reactivate(principal_of(request), _peer(request), agent_id)
+        return _action_answer(outcome)
+
     def _may_view_cluster(self, request: web.Request) -> None:
         principal = principal_of(request)
         if not self._master.acls.allows("view_cluster", principal):
@@ -262,6 +351,29 @@ def settings_of(master: MasterView) -> dict[str, Any]:
             value = dataclasses.asdict(value)  # type: ignore[arg-type]
         out[f.name] = value
     return json.loads(json.dumps(out, default=str))  # whatever TOML gave (dates): as text
+
+
+def _peer(request: web.Request) -> str:
+    return getattr(request.transport, "peer", "?")
+
+
+def _form_id(form: Any, name: str, what: str) -> str:
+    value = form.get(name)
+    if not isinstance(value, str) or not value:
+        raise BadParameter(name, f"required: {what} (a form field)")
+    if len(value) > ID_MAX:
+        raise BadParameter(name, f"longer than {ID_MAX} characters")
+    return value
+
+
+def _action_answer(outcome: tuple[str, str]) -> web.Response:
+    """An operator action's ``(outcome, message)`` as HTTP: 200, 403 refused, 404 unknown."""
+    kind, message = outcome
+    if kind == ACTION_REFUSED:
+        return json_error(403, message)
+    if kind == ACTION_UNKNOWN:
+        return json_error(404, message)
+    return web.json_response({"message": message, "outcome": kind})
 
 
 ID_MAX = 200

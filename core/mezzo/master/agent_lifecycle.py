@@ -136,6 +136,7 @@ class AgentLifecycle:
                 log.info("agent re-registered before its adoption ended; adopting the rest", agent=aid)
                 self._reconcile(record, tasks, executors)
                 state.observe.mezzo_agent_added(agent=info)
+                state.events.agent_added(record)
                 self._start_adoption(record, link, tasks, executors, frameworks)
                 return True
             record.connected = True
@@ -143,6 +144,7 @@ class AgentLifecycle:
             log.info("agent re-registered", agent=aid, hostname=info.hostname)
             self._reconcile(record, tasks, executors)
             state.observe.mezzo_agent_added(agent=info)
+            state.events.agent_added(record)
         elif state.registry.verdict(aid) == REFUSE:
             log.warning(
                 "refusing re-registration of a lost or unknown agent",
@@ -184,6 +186,7 @@ class AgentLifecycle:
         state.allocator.add_agent(record.id, total)
         log.info("agent registered", agent=record.id, hostname=info.hostname, resources=str(total))
         state.observe.mezzo_agent_added(agent=info)
+        state.events.agent_added(record)
         state.request_allocation()
         return record
 
@@ -373,6 +376,7 @@ class AgentLifecycle:
             tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=task_state)
             if latest is not None:
                 tr.message, tr.reason = latest.message or "", latest.reason or ""
+                tr.exit_code = latest.exit_code
             if is_terminal(task_state):
                 # Its end is still being reported: nothing to hold, but reconciliation
                 # must know how it ended, and the report, from this agent, must go on.
@@ -467,10 +471,13 @@ class AgentLifecycle:
         remote = state.outbox.agent(agent.conn)
         for fid in {fid for fid, _ in reported if fid in state.removed_frameworks}:
             remote.shutdown_framework(fid)
-        kills, agent.pending_kills = agent.pending_kills, set()
-        for fid, tid in kills:
+        kills, agent.pending_kills = agent.pending_kills, {}
+        for (fid, tid), policy in kills.items():
             if (fid, tid) in agent.tasks:
-                remote.kill_task(fid, tid)
+                if policy is None:
+                    remote.kill_task(fid, tid)  # the agent's own grace, as a framework's kill
+                else:
+                    remote.kill_task(fid, tid, policy)
 
     def remove_lost(self, agent: AgentRecord, reason: str) -> bool:
         """Declare ``agent`` lost (silent, or gone past its re-registration timeout)
@@ -510,6 +517,7 @@ class AgentLifecycle:
             state.tell_agent_lost(agent.id)
         log.warning("agent removed", agent=agent.id, reason=reason)
         state.observe.mezzo_agent_removed(agent_id=agent.id, reason=reason)
+        state.events.agent_removed(agent.id, reason)
 
     def disconnected(self, agent: AgentRecord) -> None:
         """Its link is gone: offers rescinded, and removal unless it re-registers within

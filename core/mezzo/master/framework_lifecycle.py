@@ -24,6 +24,7 @@ Callers (:mod:`.service`) have checked who is calling and validated the input.
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -64,6 +65,7 @@ class FrameworkLifecycle:
             self._adopt_orphans(record)
         log.info("framework registered", framework=fid, name=info.name, role=info.role, recovered=recovered)
         state.observe.mezzo_framework_added(framework=info)
+        state.events.framework_added(record)
         scheduler = state.outbox.scheduler(link)
         if recovered:
             scheduler.reregistered(fid, address)
@@ -79,6 +81,7 @@ class FrameworkLifecycle:
         if record.failover_handle is not None:
             record.failover_handle.cancel()
             record.failover_handle = None
+        record.failover_deadline = None
         record.conn = link
         record.info = info
         if record.principal is None:
@@ -94,6 +97,7 @@ class FrameworkLifecycle:
         record.forwarded.clear()  # forwards to the old connection: resends go to this one
         for status in held.values():
             scheduler.status_update(status)
+        state.events.framework_updated(record)
         state.request_allocation()
 
     def recover(self, info: FrameworkInfo) -> FrameworkRecord:
@@ -110,6 +114,7 @@ class FrameworkLifecycle:
         failover = info.failover_timeout if isinstance(info.failover_timeout, (int, float)) else 0.0
         timeout = max(failover if math.isfinite(failover) else 0.0, state.config.framework_recovery_timeout)
         record.failover_handle = state.clock.call_later(timeout, self._failover_expired, fid)
+        record.failover_deadline = time.time() + timeout
         log.info(
             "framework recovered from an agent's report; awaiting its scheduler",
             framework=fid,
@@ -168,6 +173,7 @@ class FrameworkLifecycle:
         state.allocator.remove_framework(fid)
         log.info("framework removed", framework=fid, reason=reason)
         state.observe.mezzo_framework_removed(framework_id=fid, reason=reason)
+        state.events.framework_removed(record, reason)
         state.request_allocation()
 
     def disconnected(self, record: FrameworkRecord, reason: str | None = None) -> None:
@@ -193,6 +199,8 @@ class FrameworkLifecycle:
             self.remove(record, f"{reason or 'scheduler disconnected'} (failover_timeout 0)")
         else:
             record.failover_handle = state.clock.call_later(timeout, self._failover_expired, record.id)
+            record.failover_deadline = time.time() + timeout
+            state.events.framework_updated(record)
 
     def _failover_expired(self, framework_id: str) -> None:
         record = self.state.frameworks.get(framework_id)
@@ -213,6 +221,7 @@ class FrameworkLifecycle:
             record.active = False
             state.allocator.deactivate(record.id)
         log.info("framework needs offers", framework=record.id, needs_offers=bool(needs_offers))
+        state.events.framework_updated(record)
 
     def set_filters(
         self, record: FrameworkRecord, agents: frozenset[str] | None, min_free: Resources | None

@@ -39,6 +39,7 @@ AGENT_CALLS = frozenset(
         "executor_to_framework",
         "pong",
         "container_statistics",
+        "files_reply",
     }
 )
 """Master calls only agents make (the rest, but tools', are schedulers')."""

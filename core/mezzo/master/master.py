@@ -31,7 +31,7 @@ import resource
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -55,12 +55,15 @@ from . import mesos_view
 from .agent_lifecycle import AgentLifecycle
 from .allocation import Allocation, CycleTotals
 from .call_rates import CallRates
+from .events import EventStream
+from .file_requests import FileRequests
 from .framework_lifecycle import FrameworkLifecycle
 from .guarded_allocator import GuardedAllocator
 from .health import AgentHealth, FrameworkHealth
 from .leadership import LeaderGate
 from .long_tasks import ShortTaskLimit
 from .loop_watch import LoopWatch
+from .operator_actions import OperatorActions
 from .ports import Clock, ConnectionOutbox, LoopClock, Outbox
 from .recovery import Recovery
 from .registry import MemoryRegistry, ZkRegistry
@@ -146,6 +149,9 @@ class Master:
         """The HTTP API sharing the port (``[master.http]``)."""
         self._documents: dict[tuple, StateSnapshots] = {}
         """Renderers of the HTTP API's documents by (document, view, parameters)."""
+        self.events = EventStream()
+        """Subscribers to the operator event stream (:mod:`.events`), across terms: a
+        term's state publishes to it while it leads."""
         self._election: LeaderElection | None = None
         self._detector: LeaderDetector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -159,6 +165,8 @@ class Master:
             config.connections, max_frame=config.max_frame_bytes, logger=log, stalls=self.loop_watch
         )
         """Bounds on the peers of the master's port (``[master.connections]``, :mod:`mezzo.rpc.limits`)."""
+        self.file_requests = FileRequests()
+        """The ``/files/*`` proxy's requests to agents in flight (:mod:`.file_requests`)."""
         self.term = self.new_term()
         self.gate.serve(self.term.service)
 
@@ -220,6 +228,7 @@ class Master:
             clock=self.clock,
             outbox=self.outbox,
             min_offer=self.min_offer,
+            events=self.events,
         )
         recovery = Recovery(state)
         frameworks = FrameworkLifecycle(state)
@@ -238,6 +247,7 @@ class Master:
             acls=self.acls,
             metrics=self.metrics,
             saturated=self.loop_watch.saturated,
+            file_requests=self.file_requests,
             call_rates=CallRates(
                 self.clock,
                 rate=config.framework_call_rate,
@@ -261,6 +271,7 @@ class Master:
             allocation=allocation,
             service=service,
             health=health,
+            operator=OperatorActions(state, self.acls),
             framework_health=FrameworkHealth(
                 service,
                 self.clock,
@@ -420,6 +431,7 @@ class Master:
             self.leader_address = ""
         old = self.term
         old.close()
+        self.events.end_all("this master stopped leading: subscribe at the leader (GET /redirect)")
         for link in old.state.links():
             link.tag = None  # nothing of this term's state is to be updated any more
             link.close()
@@ -436,6 +448,7 @@ class Master:
         if self._detector is not None:
             await loop.run_in_executor(None, self._detector.stop)
             self._detector = None
+        self.events.end_all("the master is stopping")
         if self._http is not None:
             # First, while the state can still answer the requests in flight (briefly:
             # see HttpServer.stop); the links themselves close with the port below.
@@ -510,6 +523,36 @@ class Master:
         """An operator's teardown from the HTTP API (``POST /teardown``), as ``mezzo
         teardown`` does it: see :meth:`~.service.MasterService.teardown`. Leader only."""
         return self.term.service.teardown(principal, peer, framework_id)
+
+    def event_counts(self) -> dict[str, Any]:
+        """What an event subscriber is told first: how much there is (``/state`` has it all)."""
+        state = self.term.state
+        return {
+            "master_id": state.id,
+            "agents": len(state.agents),
+            "frameworks": len(state.frameworks),
+            "tasks": state.tasks_running(),
+        }
+
+    @property
+    def operator(self) -> OperatorActions:
+        """The term's drain, reactivate and kill (:mod:`.operator_actions`). Leader only."""
+        return self.term.operator
+
+    def request_files(
+        self,
+        view: View,
+        agent_id: str,
+        framework_id: str,
+        operation: str,
+        path: str,
+        offset: int,
+        length: int,
+    ) -> Awaitable[tuple[int, bytes]]:
+        """Ask an agent for a sandbox's files for the HTTP proxy (:mod:`.file_requests`)."""
+        return self.file_requests.request(
+            self.state, view, agent_id, framework_id, operation, path, offset, length
+        )
 
     # -- metrics ------------------------------------------------------------------------
 

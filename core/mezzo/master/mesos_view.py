@@ -20,6 +20,7 @@ Task environments and data are never part of it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from ..resources import Resources
 from ..task_user import DEFAULT_USER
 from .records import EndedFramework, EndedTask, FrameworkRecord
 from .state_view import shows, sum_of, used_on
+from .why_pending import PendingFacts, why_pending
 
 if TYPE_CHECKING:
     from .master import Master
@@ -57,6 +59,7 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     shown = _shown_frameworks(master, view)
     host, _, port = master.address.rpartition(":")
     agents = list(st.agents.values()) if view.cluster else []
+    facts = PendingFacts(master)
     out: dict[str, Any] = {
         "version": __version__,
         "id": st.id,
@@ -66,14 +69,14 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
         "start_time": master.started_at,
         "elected_time": master.started_at if term.leading else None,
         "leader": f"master@{master.leader_address}" if master.leader_address else "",
-        "activated_slaves": sum(1 for a in agents if a.connected),
-        "deactivated_slaves": sum(1 for a in agents if not a.connected),
+        "activated_slaves": sum(1 for a in agents if a.connected and a.drain is None),
+        "deactivated_slaves": sum(1 for a in agents if not a.connected or a.drain is not None),
         "unreachable_slaves": 0,
         "cluster": "",
-        "slaves": [_agent(a) for a in agents],
+        "slaves": [agent_body(a) for a in agents],
         "recovered_slaves": [],
-        "frameworks": [_framework(master, f, full=True) for f in shown],
-        "completed_frameworks": [_ended_framework(f) for f in _shown_ended(master, view)],
+        "frameworks": [_framework(master, f, full=True, facts=facts) for f in shown],
+        "completed_frameworks": [_ended_framework(master, f) for f in _shown_ended(master, view)],
         "orphan_tasks": [],
         "unregistered_frameworks": [],
     }
@@ -97,13 +100,14 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             frameworks.add(t.framework_id)
         slaves.append(
             {
-                **_agent(a),
+                **agent_body(a),
                 **dict.fromkeys(TASK_STATE_NAMES, 0),
                 **counts,
                 "framework_ids": sorted(frameworks & shown_ids),
             }
         )
     frameworks_out = []
+    facts = PendingFacts(master)
     for f in shown:
         counts = {}
         agents: set[str] = set()
@@ -112,7 +116,7 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             agents.add(t.agent_id)
         frameworks_out.append(
             {
-                **_framework(master, f, full=False),
+                **_framework(master, f, full=False, facts=facts),
                 **dict.fromkeys(TASK_STATE_NAMES, 0),
                 **counts,
                 "slave_ids": sorted(agents),
@@ -125,19 +129,100 @@ def frameworks(master: Master, view: View, framework_id: str | None = None) -> d
     """``/frameworks[?framework_id=]``."""
     shown = [f for f in _shown_frameworks(master, view) if framework_id is None or f.id == framework_id]
     ended = [f for f in _shown_ended(master, view) if framework_id is None or f.id == framework_id]
+    facts = PendingFacts(master)  # once per document, not per framework (O(offerable agents))
     return {
-        "frameworks": [_framework(master, f, full=True) for f in shown],
-        "completed_frameworks": [_ended_framework(f) for f in ended],
+        "frameworks": [_framework(master, f, full=True, facts=facts) for f in shown],
+        "completed_frameworks": [_ended_framework(master, f) for f in ended],
         "unregistered_frameworks": [],
     }
 
 
-def slaves(master: Master, view: View, agent_id: str | None = None) -> dict[str, Any]:
-    """``/slaves[?slave_id=]`` (and ``/agents``): nothing without ``view_cluster``."""
-    agents = master.term.state.agents.values() if view.cluster else ()
+def slaves(
+    master: Master, view: View, agent_id: str | None = None, limit: int | None = None, offset: int = 0
+) -> dict[str, Any]:
+    """``/slaves[?slave_id=&limit=&offset=]`` (and ``/agents``): nothing without
+    ``view_cluster``. ``limit`` and ``offset`` (mezzo's: Mesos lists every agent) page
+    through the agents in the order they registered; ``total`` counts them all."""
+    agents = master.term.state.agents if view.cluster else {}
+    if agent_id is not None:
+        found = [agents[agent_id]] if agent_id in agents else []
+    else:
+        end = None if limit is None else offset + limit
+        found = list(itertools.islice(agents.values(), offset, end))
     return {
-        "slaves": [_agent(a) for a in agents if agent_id is None or a.id == agent_id],
+        "slaves": [agent_body(a) for a in found],
         "recovered_slaves": [],
+        "total": len(agents) if agent_id is None else len(found),
+    }
+
+
+def offers(master: Master, view: View, limit: int = TASKS_LIMIT, offset: int = 0) -> dict[str, Any]:
+    """``/offers?limit=&offset=`` (mezzo's): the outstanding offers the viewer's
+    frameworks hold, oldest first, with ``total``."""
+    shown = _shown_frameworks(master, view)
+    held = [o for f in shown for o in f.offers.values()]
+    held.sort(key=lambda o: o.created_at)
+    return {"offers": [_offer(o) for o in held[offset : offset + limit]], "total": len(held)}
+
+
+def overview(master: Master, view: View) -> dict[str, Any]:
+    """``/overview`` (mezzo's): what the web UI's front page shows, in one small
+    document whatever the cluster's size: the master, agent and task counts,
+    resource totals, and each framework the viewer sees with its task counts and
+    why it is pending. No list of agents or tasks."""
+    term = master.term
+    st = term.state
+    host = master.address.rpartition(":")[0]
+    agents = st.agents.values() if view.cluster else ()
+    total = Resources()
+    used = Resources()
+    offered = Resources()
+    active = inactive = draining = 0
+    for a in agents:
+        total = total + a.total
+        used = used + used_on(a)
+        for o in a.offers.values():
+            offered = offered + o.resources
+        if a.drain is not None:
+            draining += 1
+        elif a.connected:
+            active += 1
+        else:
+            inactive += 1
+    shown = _shown_frameworks(master, view)
+    facts = PendingFacts(master)
+    tasks_by_state: dict[str, int] = dict.fromkeys(TASK_STATE_NAMES, 0)
+    frameworks_out = []
+    for f in shown:
+        counts: dict[str, int] = {}
+        for t in f.tasks.values():
+            name = state_name(t.state)
+            counts[name] = counts.get(name, 0) + 1
+        for t in f.completed:
+            name = state_name(t.state)
+            counts[name] = counts.get(name, 0) + 1
+        for name, n in counts.items():
+            tasks_by_state[name] = tasks_by_state.get(name, 0) + n
+        frameworks_out.append(
+            {**_framework(master, f, full=False, facts=facts), **dict.fromkeys(TASK_STATE_NAMES, 0), **counts}
+        )
+    return {
+        "master": {
+            "version": __version__,
+            "id": st.id,
+            "pid": f"master@{master.address}",
+            "hostname": host or socket.gethostname(),
+            "leader": f"master@{master.leader_address}" if master.leader_address else "",
+            "start_time": master.started_at,
+            "elected_time": master.started_at if term.leading else None,
+            "allocator": master.config.allocator.name,
+        },
+        "agents": {"active": active, "inactive": inactive, "draining": draining},
+        "resources": {"total": flat(total), "used": flat(used), "offered": flat(offered)},
+        "tasks": tasks_by_state,
+        "offers": sum(len(f.offers) for f in shown),
+        "frameworks": frameworks_out,
+        "completed_frameworks": len(_shown_ended(master, view)),
     }
 
 
@@ -150,9 +235,11 @@ def tasks(
     limit: int = TASKS_LIMIT,
     offset: int = 0,
     order: str = "desc",
+    state: str | None = None,
 ) -> dict[str, Any]:
     """``/tasks``: active and completed tasks, newest first (``order=desc``) by the time
-    of their last update, ``offset`` skipped, at most ``limit``."""
+    of their last update, ``offset`` skipped, at most ``limit``; only those in
+    ``state`` (a ``TASK_*`` name, mezzo's) if given. ``total`` counts all that match."""
     found: list[Any] = []
     frameworks: list[FrameworkRecord | EndedFramework] = [
         *_shown_frameworks(master, view),
@@ -163,8 +250,10 @@ def tasks(
             if isinstance(f, FrameworkRecord):
                 found.extend(t for t in f.tasks.values() if task_id is None or t.id == task_id)
             found.extend(t for t in f.completed if task_id is None or t.id == task_id)
+    if state is not None:
+        found = [t for t in found if state_name(t.state) == state]
     found.sort(key=lambda t: t.updated_at, reverse=order == "desc")
-    return {"tasks": [_task(master, t) for t in found[offset : offset + limit]]}
+    return {"tasks": [_task(master, t) for t in found[offset : offset + limit]], "total": len(found)}
 
 
 def render(document: str, master: Master, view: View, params: tuple[tuple[str, Any], ...] = ()) -> str:
@@ -180,6 +269,10 @@ def render(document: str, master: Master, view: View, params: tuple[tuple[str, A
         value = slaves(master, view, **kwargs)
     elif document == "tasks":
         value = tasks(master, view, **kwargs)
+    elif document == "offers":
+        value = offers(master, view, **kwargs)
+    elif document == "overview":
+        value = overview(master, view)
     else:
         raise ValueError(f"no such document: {document}")
     return json.dumps(value, separators=(",", ":"))
@@ -210,7 +303,7 @@ TASK_STATE_NAMES = (
 """The task counts every agent and framework of ``/state-summary`` carries, zeros included."""
 
 
-def _agent(a: AgentRecord) -> dict[str, Any]:
+def agent_body(a: AgentRecord) -> dict[str, Any]:
     offered = sum_of(o.resources for o in a.offers.values())
     return {
         "id": a.id,
@@ -225,14 +318,16 @@ def _agent(a: AgentRecord) -> dict[str, Any]:
         "unreserved_resources": flat(a.total),
         "free_resources": flat(a.free),
         "attributes": dict(a.info.attributes or {}),
-        "active": a.connected,
-        "deactivated": False,
+        "active": a.connected and a.drain is None,  # Mesos: a draining agent is deactivated
+        "deactivated": a.drain is not None,
+        "draining": a.drain is not None,
+        **({"drain_info": a.drain.shown(a)} if a.drain is not None else {}),
         "version": __version__,
         "capabilities": [],
     }
 
 
-def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, Any]:
+def _framework(master: Master, f: FrameworkRecord, *, full: bool, facts: PendingFacts) -> dict[str, Any]:
     st = master.term.state
     info = f.info
     used = f.tasks.held()
@@ -254,6 +349,7 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, A
         "roles": [info.role],
         "registered_time": f.registered_at,
         "unregistered_time": 0,
+        "failover_deadline": f.failover_deadline,
         "used_resources": flat(used),
         "offered_resources": flat(offered),
         "capabilities": [],
@@ -265,6 +361,8 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, A
         },
         "agents_refused": st.refusals.agents_refused_by(f.id),
         "not_offered_last_cycle": master.term.allocation.last_cycle.get("not_offered", {}).get(f.id, {}),
+        "guarantee": flat(st.allocator.guaranteed_share(f.id)),
+        "why_pending": why_pending(facts, f),
     }
     if full:
         out["tasks"] = [_task(master, t) for t in f.tasks.values()]
@@ -277,6 +375,7 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool) -> dict[str, A
 
 def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
     """A task, running or ended (:class:`~.records.EndedTask`), as Mesos' JSON has it."""
+    agent = master.term.state.agents.get(t.agent_id)
     if isinstance(t, EndedTask):
         role = t.role
     else:
@@ -295,6 +394,9 @@ def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
         "labels": [{"key": k, "value": v} for k, v in sorted(t.labels.items())],
         "message": t.message,
         "reason": t.reason,
+        "exit_code": t.exit_code,
+        "hostname": agent.info.hostname if agent is not None else "",
+        "sandbox": f"/frameworks/{t.framework_id}/executors/{t.executor_id or t.id}/runs/latest",
     }
 
 
@@ -305,7 +407,7 @@ def _shown_ended(master: Master, view: View) -> list[EndedFramework]:
     return [f for f in ended if shows(view, f.info)]
 
 
-def _ended_framework(f: EndedFramework) -> dict[str, Any]:
+def _ended_framework(master: Master, f: EndedFramework) -> dict[str, Any]:
     return {
         "id": f.id,
         "name": f.info.name,
@@ -320,14 +422,10 @@ def _ended_framework(f: EndedFramework) -> dict[str, Any]:
         "unregistered_time": f.unregistered_at,
         "removed_because": f.reason,
         "tasks": [],
-        "completed_tasks": [_task_ended(t) for t in f.completed],
+        "completed_tasks": [_task(master, t) for t in f.completed],
         "offers": [],
         "executors": [],
     }
-
-
-def _task_ended(t: EndedTask) -> dict[str, Any]:
-    return _task(None, t)  # type: ignore[arg-type]  # an ended task needs no master
 
 
 def _offer(o: OfferRecord) -> dict[str, Any]:

@@ -105,5 +105,6 @@ class Recovery:
                 timeout=state.config.agent_reregister_timeout,
             )
             state.observe.mezzo_agent_removed(agent_id=agent_id, reason="did not re-register after failover")
+            state.events.agent_removed(agent_id, "did not re-register after failover")
             state.tell_agent_lost(agent_id)
         self._end_hold("agent_reregister_timeout passed")

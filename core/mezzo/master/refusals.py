@@ -226,6 +226,22 @@ class RefuseFilters:
         """How many agents the framework refuses now (for ``mezzo state``)."""
         return len(self._by_framework.get(framework_id, ()))
 
+    def refused_agents(
+        self, framework_id: str, now: float, limit: int
+    ) -> tuple[int, list[tuple[str, float]]]:
+        """How many agents the framework refuses, and ``limit`` of them with the seconds
+        from loop time ``now`` until their refusal has surely lapsed (its last part
+        expires; ``inf``: until the framework revives), soonest first. O(agents it
+        refuses), for "why pending" (:mod:`.why_pending`)."""
+        ids = self._by_framework.get(framework_id, ())
+        found = []
+        for agent_id in ids:
+            agent = self._by_agent.get(agent_id)
+            if agent is not None:
+                until = max(u for u, _ in agent.parts_of(framework_id))
+                found.append((agent_id, until - now))
+        return len(ids), heapq.nsmallest(limit, found, key=lambda pair: pair[1])
+
     def refused_by_all(self, agent_id: str, frameworks: int) -> bool:
         """True when ``frameworks`` distinct frameworks refuse the agent. Exact right
         after :meth:`expire` with the number of registered frameworks (refusals of

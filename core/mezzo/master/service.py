@@ -53,6 +53,7 @@ from ..wire.ttypes import (
 )
 from .audit import principal_of, refused
 from .call_rates import CallRates, Verdict
+from .file_requests import FileRequests
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
 
 if TYPE_CHECKING:
@@ -101,8 +102,11 @@ class MasterService:
         saturated: Callable[[], bool] = lambda: False,
         acls: Acls = PERMISSIVE,
         render_view: Callable[[View, Callable[[Utf8Text], None]], None] | None = None,
+        file_requests: FileRequests | None = None,
     ) -> None:
         self.state = state
+        self.file_requests = file_requests if file_requests is not None else FileRequests()
+        """The ``/files/*`` proxy's requests to agents in flight (:mod:`.file_requests`)."""
         self.frameworks = frameworks
         self.agents = agents
         self.tasks = tasks
@@ -558,6 +562,14 @@ class MasterService:
             log.warning("container statistics are not a list; dropped", agent=agent.id)
             return
         agent.statistics = stats
+
+    def files_reply(self, conn: Any, request_id: int, status: int, body: bytes) -> None:
+        """An agent's answer to ``Agent.files_request``: taken only from an agent's link
+        the request went out on (:meth:`.file_requests.FileRequests.answer`)."""
+        if isinstance(conn.tag, AgentTag):
+            self.file_requests.answer(conn, request_id, status, body, peer=conn.peer)
+        else:
+            log.warning("file reply from a peer that is no agent; dropped", peer=conn.peer)
 
     def pong(self, conn: Any) -> None:
         """An agent or a scheduler answered a ping. Nothing to do: any message counts

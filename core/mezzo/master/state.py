@@ -37,6 +37,7 @@ import structlog
 from ..resources import Resources
 from ..wire.ttypes import ExecutorInfo, Filters, TaskStatus
 from . import long_tasks
+from .events import EventStream
 from .offers import OfferBook
 from .records import AgentRecord, EndedFramework, FrameworkRecord, OfferRecord, TaskRecord
 from .refusals import RefuseFilters
@@ -89,6 +90,7 @@ class ClusterState:
         outbox: Outbox,
         min_offer: Resources | None = None,
         id_key: bytes | None = None,
+        events: EventStream | None = None,
     ) -> None:
         self.id = master_id
         """This term's master id: the prefix of every id it hands out."""
@@ -103,6 +105,8 @@ class ClusterState:
         """The paper's two framework filters (``set_filters``), applied first."""
         self.registry = registry
         self.observe = observe
+        self.events = events if events is not None else EventStream()
+        """The operator event stream (:mod:`.events`): publishing costs nothing unsubscribed."""
         self.guard = guard
         self.clock = clock
         self.outbox = outbox

@@ -17,6 +17,7 @@ from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
 from ..wire.ttypes import FrameworkInfo
+from .why_pending import PendingFacts, why_pending
 
 if TYPE_CHECKING:
     from .master import Master
@@ -36,6 +37,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     config = master.config
     last_cycle = term.allocation.last_cycle
     as_dict = _Dicts()
+    facts = PendingFacts(master)
     return {
         "master": {
             "id": state.id,
@@ -61,6 +63,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 "hostname": a.info.hostname,
                 "port": a.info.port,
                 "connected": a.connected,
+                "drain": a.drain.shown(a) if a.drain is not None else None,
                 "attributes": dict(a.info.attributes or {}),
                 "resources": as_dict(a.total),
                 "free": as_dict(a.free),
@@ -90,6 +93,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 },
                 "agents_refused": state.refusals.agents_refused_by(f.id),
                 "not_offered_last_cycle": last_cycle.get("not_offered", {}).get(f.id, {}),
+                "why_pending": why_pending(facts, f),
             }
             for f in state.frameworks.values()
         ],

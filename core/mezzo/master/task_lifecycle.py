@@ -126,6 +126,7 @@ class TaskLifecycle:
         tr = TaskRecord(framework_id=record.id, agent_id=agent.id, info=task, resources=accepted.resources)
         record.tasks[task.task_id] = tr
         self.state.add_task(agent, tr)
+        self.state.events.task_added(tr, record)
         log.info(
             "launching task",
             framework=record.id,
@@ -159,7 +160,7 @@ class TaskLifecycle:
         if agent.conn is None:
             # Sent when the agent re-registers (or moot if it is declared lost).
             log.info("kill deferred: agent disconnected", framework=record.id, task=task_id, agent=agent.id)
-            agent.pending_kills.add((record.id, task_id))
+            agent.pending_kills.setdefault((record.id, task_id), None)
             return
         log.info("killing task", framework=record.id, task=task_id, agent=agent.id)
         state.outbox.agent(agent.conn).kill_task(record.id, task_id)
@@ -188,8 +189,11 @@ class TaskLifecycle:
             task.state = status.state
             task.message = status.message or ""
             task.reason = status.reason or ""
+            if status.exit_code is not None:
+                task.exit_code = status.exit_code
             task.updated_at = time.time()
             task.moved_to(status.state, task.updated_at)
+            state.events.task_updated(task, record, status)
             if is_terminal(status.state):
                 state.release_task(task, agent)
                 for watcher in state.watchers:

@@ -20,6 +20,7 @@ from .allocation import Allocation
 from .framework_lifecycle import FrameworkLifecycle
 from .health import AgentHealth, FrameworkHealth
 from .long_tasks import ShortTaskLimit
+from .operator_actions import OperatorActions
 from .recovery import Recovery
 from .revocation_monitor import RevocationMonitor
 from .service import MasterService
@@ -39,6 +40,8 @@ class Term:
     allocation: Allocation
     service: MasterService
     health: AgentHealth
+    operator: OperatorActions
+    """Drain, reactivate, kill (the HTTP API's operator calls)."""
     framework_health: FrameworkHealth | None = None
     """Pings quiet schedulers and disconnects silent ones, while leading."""
     revocation: RevocationMonitor | None = None
@@ -76,6 +79,7 @@ class Term:
             self.short_tasks.stop()
         self.recovery.cancel()
         self.agents.stop()
+        self.operator.cancel()
         self.state.cancel_timers()
 
     def tasks_revoked(self) -> int:

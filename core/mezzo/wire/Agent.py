@@ -129,6 +129,22 @@ class Iface(object):
         """
         pass
 
+    def files_request(self, request_id, operation, path, offset, length):
+        """
+        The master proxies its /files/* HTTP API for a caller: operation is "browse",
+        "read" (offset, length: as /files/read) or "download" (raw bytes from offset, at
+        most length). Answered Master.files_reply(request_id, ...); see mezzo.agent.files.
+
+        Parameters:
+         - request_id
+         - operation
+         - path
+         - offset
+         - length
+
+        """
+        pass
+
     def request_statistics(self, request_id):
         """
         Answered with Tool.statistics: the usage of every container, measured now.
@@ -383,6 +399,34 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def files_request(self, request_id, operation, path, offset, length):
+        """
+        The master proxies its /files/* HTTP API for a caller: operation is "browse",
+        "read" (offset, length: as /files/read) or "download" (raw bytes from offset, at
+        most length). Answered Master.files_reply(request_id, ...); see mezzo.agent.files.
+
+        Parameters:
+         - request_id
+         - operation
+         - path
+         - offset
+         - length
+
+        """
+        self.send_files_request(request_id, operation, path, offset, length)
+
+    def send_files_request(self, request_id, operation, path, offset, length):
+        self._oprot.writeMessageBegin('files_request', TMessageType.ONEWAY, self._seqid)
+        args = files_request_args()
+        args.request_id = request_id
+        args.operation = operation
+        args.path = path
+        args.offset = offset
+        args.length = length
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def request_statistics(self, request_id):
         """
         Answered with Tool.statistics: the usage of every container, measured now.
@@ -477,6 +521,7 @@ class Processor(Iface, TProcessor):
         self._processMap["ping"] = Processor.process_ping
         self._processMap["not_leader"] = Processor.process_not_leader
         self._processMap["reregistration_refused"] = Processor.process_reregistration_refused
+        self._processMap["files_request"] = Processor.process_files_request
         self._processMap["request_statistics"] = Processor.process_request_statistics
         self._processMap["register_executor"] = Processor.process_register_executor
         self._processMap["executor_status_update"] = Processor.process_executor_status_update
@@ -619,6 +664,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.reregistration_refused(args.agent_id, args.message)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_files_request(self, seqid, iprot, oprot):
+        args = files_request_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.files_request(args.request_id, args.operation, args.path, args.offset, args.length)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -1558,6 +1614,131 @@ reregistration_refused_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'agent_id', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'message', 'UTF8', None, ),  # 2
+)
+
+
+class files_request_args(object):
+    """
+    Attributes:
+     - request_id
+     - operation
+     - path
+     - offset
+     - length
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'operation',
+        'path',
+        'offset',
+        'length',
+    )
+
+
+    def __init__(self, request_id=None, operation=None, path=None, offset=None, length=None,):
+        self.request_id = request_id
+        self.operation = operation
+        self.path = path
+        self.offset = offset
+        self.length = length
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.operation = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.path = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.offset = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.length = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('files_request_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.operation is not None:
+            oprot.writeFieldBegin('operation', TType.STRING, 2)
+            oprot.writeString(self.operation.encode('utf-8') if sys.version_info[0] == 2 else self.operation)
+            oprot.writeFieldEnd()
+        if self.path is not None:
+            oprot.writeFieldBegin('path', TType.STRING, 3)
+            oprot.writeString(self.path.encode('utf-8') if sys.version_info[0] == 2 else self.path)
+            oprot.writeFieldEnd()
+        if self.offset is not None:
+            oprot.writeFieldBegin('offset', TType.I64, 4)
+            oprot.writeI64(self.offset)
+            oprot.writeFieldEnd()
+        if self.length is not None:
+            oprot.writeFieldBegin('length', TType.I64, 5)
+            oprot.writeI64(self.length)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(files_request_args)
+files_request_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.STRING, 'operation', 'UTF8', None, ),  # 2
+    (3, TType.STRING, 'path', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'offset', None, None, ),  # 4
+    (5, TType.I64, 'length', None, None, ),  # 5
 )
 
 

@@ -207,6 +207,20 @@ class Iface(object):
         """
         pass
 
+    def files_reply(self, request_id, status, body):
+        """
+        The answer to Agent.files_request: status is an HTTP status (200, or 400, 403,
+        404 with a JSON {"error", "status"} body); body is JSON (browse, read) or the raw
+        bytes asked for (download). Matched by request_id to the agent that was asked.
+
+        Parameters:
+         - request_id
+         - status
+         - body
+
+        """
+        pass
+
     def request_state(self, request_id):
         """
         Parameters:
@@ -603,6 +617,30 @@ class Client(Iface):
         self._oprot.writeMessageEnd()
         self._oprot.trans.flush()
 
+    def files_reply(self, request_id, status, body):
+        """
+        The answer to Agent.files_request: status is an HTTP status (200, or 400, 403,
+        404 with a JSON {"error", "status"} body); body is JSON (browse, read) or the raw
+        bytes asked for (download). Matched by request_id to the agent that was asked.
+
+        Parameters:
+         - request_id
+         - status
+         - body
+
+        """
+        self.send_files_reply(request_id, status, body)
+
+    def send_files_reply(self, request_id, status, body):
+        self._oprot.writeMessageBegin('files_reply', TMessageType.ONEWAY, self._seqid)
+        args = files_reply_args()
+        args.request_id = request_id
+        args.status = status
+        args.body = body
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
     def request_state(self, request_id):
         """
         Parameters:
@@ -682,6 +720,7 @@ class Processor(Iface, TProcessor):
         self._processMap["executor_to_framework"] = Processor.process_executor_to_framework
         self._processMap["pong"] = Processor.process_pong
         self._processMap["container_statistics"] = Processor.process_container_statistics
+        self._processMap["files_reply"] = Processor.process_files_reply
         self._processMap["request_state"] = Processor.process_request_state
         self._processMap["request_metrics"] = Processor.process_request_metrics
         self._processMap["teardown_framework"] = Processor.process_teardown_framework
@@ -900,6 +939,17 @@ class Processor(Iface, TProcessor):
         iprot.readMessageEnd()
         try:
             self._handler.container_statistics(args.agent_id, args.statistics_json)
+        except TTransport.TTransportException:
+            raise
+        except Exception:
+            logging.exception('Exception in oneway handler')
+
+    def process_files_reply(self, seqid, iprot, oprot):
+        args = files_reply_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        try:
+            self._handler.files_reply(args.request_id, args.status, args.body)
         except TTransport.TTransportException:
             raise
         except Exception:
@@ -2651,6 +2701,105 @@ container_statistics_args.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'agent_id', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'statistics_json', 'UTF8', None, ),  # 2
+)
+
+
+class files_reply_args(object):
+    """
+    Attributes:
+     - request_id
+     - status
+     - body
+
+    """
+
+    __slots__ = (
+        'request_id',
+        'status',
+        'body',
+    )
+
+
+    def __init__(self, request_id=None, status=None, body=None,):
+        self.request_id = request_id
+        self.status = status
+        self.body = body
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I64:
+                    self.request_id = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.status = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.body = iprot.readBinary()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('files_reply_args')
+        if self.request_id is not None:
+            oprot.writeFieldBegin('request_id', TType.I64, 1)
+            oprot.writeI64(self.request_id)
+            oprot.writeFieldEnd()
+        if self.status is not None:
+            oprot.writeFieldBegin('status', TType.I32, 2)
+            oprot.writeI32(self.status)
+            oprot.writeFieldEnd()
+        if self.body is not None:
+            oprot.writeFieldBegin('body', TType.STRING, 3)
+            oprot.writeBinary(self.body)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, getattr(self, key))
+             for key in self.__slots__]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        if not isinstance(other, self.__class__):
+            return False
+        for attr in self.__slots__:
+            my_val = getattr(self, attr)
+            other_val = getattr(other, attr)
+            if my_val != other_val:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(files_reply_args)
+files_reply_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I64, 'request_id', None, None, ),  # 1
+    (2, TType.I32, 'status', None, None, ),  # 2
+    (3, TType.STRING, 'body', 'BINARY', None, ),  # 3
 )
 
 
