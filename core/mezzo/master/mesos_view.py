@@ -1,15 +1,19 @@
 """The master's state in Apache Mesos' JSON shape, for the HTTP API (``/state``,
-``/state-summary``, ``/frameworks``, ``/slaves``, ``/tasks``).
+``/state-summary``, ``/frameworks``, ``/slaves``, ``/tasks``), and mezzo's own
+small documents for the web UI (``/overview``, ``/offers``).
 
 Tools written for Mesos (dashboards, ``mesos_exporter``, scripts reading
 ``/master/state``) read the field names and shapes of Mesos' ``/state`` (its
 ``src/master/readonly_handler.cpp``): agents are ``slaves`` with ``slave_id``s,
 resources are flattened to ``{"cpus": 2.0, "mem": 1024.0, "ports": "[31000-32000]"}``,
 task states are their ``TASK_*`` names, times are Unix seconds. Where mezzo knows
-more, the fact is an extra field (a framework's ``dominant_share``, its offer
-``filters``, ``agents_refused``, ``not_offered_last_cycle``, an agent's
-``free_resources``, a task's ``message`` and ``reason``); where it knows less, the
-Mesos field is there, empty (``reserved_resources``, ``capabilities``).
+more, the fact is an extra field (a framework's ``dominant_share``, ``guarantee``,
+offer ``filters``, ``agents_refused``, ``not_offered_last_cycle``, ``why_pending``
+(:mod:`.why_pending`) and ``failover_deadline``; an agent's ``free_resources`` and
+``draining``; a task's ``message``, ``reason``, ``exit_code``, ``hostname``,
+``start_time``, ``end_time`` and ``sandbox``, the path of its sandbox in the files
+API); where it knows less, the Mesos field is there, empty (``reserved_resources``,
+``capabilities``). Lists that can be long page (``limit``, ``offset``, ``total``).
 
 Like ``mezzo state`` (:mod:`.state_view`), each document is rendered in a forked
 child (:mod:`.state_snapshot`), never on the master's loop, and shows only what
@@ -25,10 +29,11 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__, state_name
+from .. import __version__, is_terminal, state_name
 from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
+from ..wire.ttypes import TaskState
 from .records import EndedFramework, EndedTask, FrameworkRecord
 from .state_view import shows, sum_of, used_on
 from .why_pending import PendingFacts, why_pending
@@ -395,6 +400,8 @@ def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
         "message": t.message,
         "reason": t.reason,
         "exit_code": t.exit_code,
+        "start_time": next((when for s, when in t.statuses if s == TaskState.TASK_RUNNING), None),
+        "end_time": t.statuses[-1][1] if is_terminal(t.state) else None,
         "hostname": agent.info.hostname if agent is not None else "",
         "sandbox": f"/frameworks/{t.framework_id}/executors/{t.executor_id or t.id}/runs/latest",
     }
