@@ -514,6 +514,7 @@ class Master:
                 lambda: mesos_view.render(document, self, view, params),
                 use_fork=self.config.render_state_in_child,
                 saturated=lambda: self.loop_watch.saturated(),
+                reuse_slow=True,
             )
         self._documents[key] = snapshots  # most recently asked last
         snapshots.request_encoded(reply)

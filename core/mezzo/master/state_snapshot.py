@@ -27,6 +27,14 @@ a time; they are answered one per turn of the loop. Where ``os.fork`` is missing
 or fails, the state is rendered inline as before (and every waiter answered at
 once).
 
+A slow snapshot may be reused (``reuse_slow``, the HTTP API's documents): one that
+took more than :data:`REUSE_ABOVE` seconds to render answers the requests that come
+within twice that time of its end (at most :data:`REUSE_MAX` seconds), so that
+pollers asking more often than a document can be rendered (``/state-summary`` of
+50,000 agents, every second) keep its child busy half the time at most, not always;
+on a small cluster, where rendering takes milliseconds, every request gets a fresh
+one.
+
 Under overload a snapshot waits: while the master's loop runs late (``saturated``,
 :meth:`.loop_watch.LoopWatch.saturated`), the fork and the copying out of the
 answer are put off by :data:`DEFER_STEP` at a time, so that offers and status
@@ -69,6 +77,15 @@ PIPE_SIZE = 1 << 20
 """Bytes the pipe from the child is asked to hold (Linux; the default, 64 KiB,
 would wake the loop sixteen times per MiB)."""
 
+REUSE_ABOVE = 0.1
+"""Seconds of rendering above which a snapshot is reused (with ``reuse_slow``)."""
+REUSE_FACTOR = 2.0
+"""A reused snapshot answers for this many times as long as it took to render."""
+REUSE_MAX = 30.0
+"""Seconds a reused snapshot answers at most after it was rendered."""
+REUSE_MAX_BYTES = 64 << 20
+"""A bigger snapshot is not kept for reuse (memory)."""
+
 _LENGTH = struct.Struct("!Q")
 """What the child writes first: the length of the UTF-8 that follows."""
 
@@ -82,8 +99,16 @@ class StateSnapshots:
         *,
         use_fork: bool = True,
         saturated: Callable[[], bool] = lambda: False,
+        reuse_slow: bool = False,
     ) -> None:
         self._render = render
+        self._reuse_slow = reuse_slow
+        self._started_at = 0.0
+        """Loop time the snapshot being rendered was forked."""
+        self._last: tuple[Utf8Text, float] | None = None
+        """With ``reuse_slow``: the latest slow snapshot and the loop time until which it answers."""
+        self.reused = 0
+        """Requests answered with a snapshot rendered for an earlier one (for the tests)."""
         self._use_fork = use_fork and hasattr(os, "fork")
         self._saturated = saturated
         self._waiting_since: float | None = None
@@ -124,6 +149,15 @@ class StateSnapshots:
         self._wait(_Waiter(None, reply))
 
     def _wait(self, waiter: _Waiter) -> None:
+        last = self._last
+        if last is not None and self._child is None:
+            loop = asyncio.get_running_loop()
+            if loop.time() < last[1]:
+                self.reused += 1
+                answering = _Answering([waiter], utf8=last[0])
+                loop.call_soon(answering.next)  # as a fresh one would be: not within the call
+                return
+            self._last = None
         self._waiters.append(waiter)
         if self._child is not None or self._retry is not None:
             return  # the snapshot being rendered, or the one put off, answers this request too
@@ -163,6 +197,7 @@ class StateSnapshots:
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         self.forks += 1
+        self._started_at = loop.time()
         self._child, self._pipe, self._transfer, self._loop = pid, read_fd, _Transfer(), loop
         loop.add_reader(read_fd, self._readable)
         return True
@@ -198,6 +233,11 @@ class StateSnapshots:
                 log.warning("state snapshot child wrote other than the answer it announced; rendering inline")
             self._answer_all(self._render_inline())
             return
+        if self._reuse_slow and loop is not None:
+            now = loop.time()
+            took = now - self._started_at
+            if took > REUSE_ABOVE and text.size <= REUSE_MAX_BYTES:
+                self._last = (text, now + min(REUSE_FACTOR * took, REUSE_MAX))
         self._answer_spread(text)
 
     def _render_inline(self) -> str:
