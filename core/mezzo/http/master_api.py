@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -52,15 +52,14 @@ from ..acls import Acls, View
 from ..master import mesos_view
 from ..master.audit import principal_of as link_principal
 from ..master.audit import refused
-from ..master.events import EventStream
 from ..master.operator_actions import GRACE_MAX, OperatorActions
 from ..master.operator_actions import REFUSED as ACTION_REFUSED
 from ..master.operator_actions import UNKNOWN as ACTION_UNKNOWN
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
 from . import metrics
-from .event_api import add_event_routes
-from .files_proxy import add_files_routes
+from .event_api import EventSource, add_event_routes
+from .files_proxy import FilesMaster, add_files_routes
 from .server import (
     MAX_BODY_BYTES,
     BadParameter,
@@ -76,8 +75,9 @@ PREFIXES = ("", "/master")
 """Every endpoint is served at its path and under ``/master``, as Mesos does."""
 
 
-class MasterView(Protocol):
-    """What the endpoints read of the master (:class:`mezzo.master.master.Master`)."""
+class MasterView(FilesMaster, EventSource, Protocol):
+    """What the endpoints read of the master (:class:`mezzo.master.master.Master`), the
+    file proxy's and the event stream's needs included."""
 
     @property
     def leading(self) -> bool: ...
@@ -96,10 +96,6 @@ class MasterView(Protocol):
     @property
     def operator(self) -> OperatorActions: ...
 
-    events: EventStream
-
-    def event_counts(self) -> dict[str, Any]: ...
-
     def request_document(
         self,
         document: str,
@@ -107,17 +103,6 @@ class MasterView(Protocol):
         params: tuple[tuple[str, Any], ...],
         reply: Callable[[Utf8Text], None],
     ) -> bool: ...
-
-    def request_files(
-        self,
-        view: View,
-        agent_id: str,
-        framework_id: str,
-        operation: str,
-        path: str,
-        offset: int,
-        length: int,
-    ) -> Awaitable[tuple[int, bytes]]: ...
 
 
 def principal_of(request: web.Request) -> str | None:

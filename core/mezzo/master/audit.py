@@ -75,3 +75,22 @@ def refused(action: str, principal: str | None, obj: str, reason: str, peer: str
         return
     extra = {"suppressed": suppressed} if suppressed else {}
     log.warning("refused", action=action, principal=principal, object=obj, reason=reason, peer=peer, **extra)
+
+
+def refuses_on_framework(
+    acls: Any, action: str, call: str, principal: str | None, record: Any, obj: str, peer: str
+) -> bool:
+    """Whether ``acls`` refuse ``principal`` the ``action`` (an ACL action whose objects
+    are framework principals, such as ``teardown_frameworks``) on the framework of
+    ``record`` (None: no such framework); a refusal is audited as ``call`` on ``obj``.
+
+    Refused also when the principal may do it to no framework at all, before the
+    framework is looked at, so that a refusal does not tell whether it exists: whether
+    it does, and whose it is, go to the audit line only."""
+    if acls.allows_some(action, principal) and (
+        record is None or acls.allows(action, principal, record.principal)
+    ):
+        return False
+    owner = "unknown" if record is None else (record.principal or "a caller without a certificate")
+    refused(call, principal, obj, f"owner {owner}", peer)
+    return True

@@ -36,7 +36,7 @@ import structlog
 
 from ..acls import Acls
 from ..wire.ttypes import KillPolicy
-from .audit import refused
+from .audit import refused, refuses_on_framework
 
 if TYPE_CHECKING:
     from .records import AgentRecord
@@ -160,13 +160,8 @@ class OperatorActions:
         Returns (:data:`KILLING` | :data:`REFUSED` | :data:`UNKNOWN`, message)."""
         who = principal or "a caller without a certificate"
         record = self.state.frameworks.get(framework_id)
-        if not self.acls.allows_some("kill_tasks", principal) or (
-            record is not None and not self.acls.allows("kill_tasks", principal, record.principal)
-        ):
-            owner = "unknown" if record is None else (record.principal or "a caller without a certificate")
-            refused(
-                "kill_task", principal, f"task {task_id:.100} of {framework_id:.100}", f"owner {owner}", peer
-            )
+        obj = f"task {task_id:.100} of {framework_id:.100}"
+        if refuses_on_framework(self.acls, "kill_tasks", "kill_task", principal, record, obj, peer):
             return REFUSED, (
                 f"kill_task: principal {who} may not kill tasks of framework {framework_id:.100} "
                 "(master.acls.kill_tasks)"

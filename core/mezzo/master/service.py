@@ -51,7 +51,7 @@ from ..wire.ttypes import (
     TaskInfo,
     TaskStatus,
 )
-from .audit import principal_of, refused
+from .audit import principal_of, refused, refuses_on_framework
 from .call_rates import CallRates, Verdict
 from .file_requests import FileRequests
 from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
@@ -679,14 +679,10 @@ class MasterService:
         a refusal does not tell whether the framework exists) or :data:`UNKNOWN`."""
         who = principal or "a caller without a certificate"
         record = self.state.frameworks.get(framework_id) if isinstance(framework_id, str) else None
-        if not self.acls.allows_some("teardown_frameworks", principal) or (
-            record is not None and not self.acls.allows("teardown_frameworks", principal, record.principal)
+        obj = f"framework {framework_id!s:.100}"
+        if refuses_on_framework(
+            self.acls, "teardown_frameworks", "teardown_framework", principal, record, obj, peer
         ):
-            # Whether the framework exists, and whose it is, go to the audit line only.
-            owner = "unknown" if record is None else (record.principal or "a caller without a certificate")
-            refused(
-                "teardown_framework", principal, f"framework {framework_id!s:.100}", f"owner {owner}", peer
-            )
             return REFUSED, (
                 f"teardown_framework: principal {who} may not tear down framework {framework_id!s:.100} "
                 "(master.acls.teardown_frameworks)"
