@@ -409,9 +409,9 @@ def test_the_frameworks_document_computes_the_cluster_wide_facts_once(cluster, m
     made: list[object] = []
     real = mesos_view.PendingFacts
 
-    def counting(master):
+    def counting(master, view):
         made.append(master)
-        return real(master)
+        return real(master, view)
 
     monkeypatch.setattr(mesos_view, "PendingFacts", counting)
     document = mesos_view.frameworks(c.master, FULL_VIEW)
@@ -442,3 +442,73 @@ def test_refused_agents_counts_all_and_lists_the_soonest_first() -> None:
     g.add("fw", "ag", half, until=50.0, free=half)
     g.add("fw", "ag", half, until=80.0, free=half)
     assert g.refused_agents("fw", now=0.0, limit=10) == (1, [("ag", 80.0)])
+
+
+# -- found in review ----------------------------------------------------------------------
+
+
+def test_removing_a_draining_agent_cancels_its_kill_timer(cluster) -> None:
+    c = cluster
+    c.launch(c.a, "t1")
+    c.master.operator.drain("op", "peer", c.a, grace=7 * 24 * 3600)
+    drain = c.state.agents[c.a].drain
+    assert drain.kill_timer is not None
+    c.master.term.agents.remove(c.state.agents[c.a], "gone for the test")
+    assert drain.kill_timer is None  # the week-long timer no longer holds the term's state
+
+
+def test_revocation_takes_no_task_on_a_draining_agent(cluster) -> None:
+    c = cluster
+    c.launch(c.a, "t1")
+    c.master.operator.drain("op", "peer", c.a, grace=600)
+    record = c.state.frameworks[c.fid]
+    task = record.tasks["t1"]
+    from mezzo.master.revocation_monitor import RevocationMonitor
+
+    monitor = RevocationMonitor.__new__(RevocationMonitor)
+    monitor.cluster = c.state
+    monitor.revoking = {}
+    assert not monitor._revocable(record, task)  # freeing it there would give nobody anything
+
+
+def test_events_report_tasks_the_master_ends_itself(cluster) -> None:
+    import asyncio
+    import json
+
+    c = cluster
+    c.launch(c.a, "t1")
+
+    async def main() -> list[dict]:
+        subscriber = c.master.events.subscribe(FULL_VIEW)
+        assert subscriber is not None
+        c.master.term.agents.remove(c.state.agents[c.a], "lost for the test")
+        return [json.loads(r) for r in await subscriber.next_batch(1)]
+
+    events = asyncio.run(main())
+    updates = [e["task_updated"] for e in events if e["type"] == "TASK_UPDATED"]
+    assert [(u["status"]["task_id"], u["state"], u["status"]["source"]) for u in updates] == [
+        ("t1", "TASK_LOST", "master")
+    ]
+    assert [e["type"] for e in events][-1] == "AGENT_REMOVED"
+
+
+def test_a_restricted_viewer_learns_nothing_of_frameworks_and_agents_it_may_not_see(cluster) -> None:
+    c = cluster
+    # A second framework, of another user, that the viewer may not see.
+    other = Link("other")
+    c.master.service.register_framework(other, FrameworkInfo(name="hidden", user="bob"))
+    c.master.service.decline_offer(
+        c.fw, c.fid, c.outstanding(c.a) + c.outstanding(c.b), Filters(refuse_seconds=60)
+    )
+    acls = parse(
+        {"permissive": False, "view_frameworks": [{"principals": ["viewer"], "users": ["nobody"]}]}
+    )
+    view = acls.view_of("viewer")
+    assert not view.cluster
+    (reasons,) = [
+        f["why_pending"] for f in mesos_view.frameworks(c.master, view)["frameworks"] if f["id"] == c.fid
+    ]
+    refused = next(r for r in reasons if r["reason"] == "refuse_filters")
+    assert all("slave_id" not in a for a in refused["agents"])  # no agent ids without view_cluster
+    order = [r for r in reasons if r["reason"] == "allocator_order"]
+    assert all(r["of"] == 1 for r in order)  # ranked among the frameworks it sees only

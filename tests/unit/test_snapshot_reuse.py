@@ -32,6 +32,12 @@ def test_a_slow_document_answers_requests_within_twice_its_rendering_time(monkey
         await asyncio.sleep(0.5)  # past twice its 0.2 s: rendered anew
         await asyncio.wait_for(ask(snapshots), 10)
         assert snapshots.forks == 2 and snapshots.reused == 1
+        assert snapshots._last is not None
+        snapshots.forget()  # an operator acted: the next asker sees the change
+        await asyncio.wait_for(ask(snapshots), 10)
+        assert snapshots.forks == 3 and snapshots.reused == 1
+        await asyncio.sleep(0.5)
+        assert snapshots._last is None  # dropped when it stopped answering, not kept
 
     asyncio.run(main())
 

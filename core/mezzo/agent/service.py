@@ -126,20 +126,13 @@ class AgentService:
     ) -> None:
         """The master proxies its ``/files/*`` for a caller it authorised (the agent trusts
         the master it registered with, and answers no one else): answered
-        ``Master.files_reply`` (:func:`.files.answer`), a page read at once, a listing
-        or a download piece from a worker thread's read, at most :data:`FILES_IN_FLIGHT`
-        of those at once (more are answered 503 at once)."""
+        ``Master.files_reply`` from a worker thread's read (:func:`.files.answer`): a slow
+        disk must not hold the agent's loop. At most :data:`FILES_IN_FLIGHT` at once;
+        more are answered 503 at once."""
         if not self._from_master(conn, "files_request"):
             return
         rid = request_id if isinstance(request_id, int) else 0
         master = conn.remote(MASTER)
-        if operation == "read":
-            # A page (64 KiB at most) is read here: a worker thread's hand-off costs more
-            # than the read itself, and a pager asks for one page after another.
-            master.files_reply(
-                rid, *files.answer(self._agent.files, "read", path or "", offset or 0, length or 0)
-            )
-            return
         if self._files_in_flight >= FILES_IN_FLIGHT:
             body = json.dumps({"error": "the agent is answering other file requests; retry", "status": 503})
             master.files_reply(rid, 503, body.encode())

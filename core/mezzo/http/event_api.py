@@ -113,7 +113,7 @@ async def _stream(
     subscriber = master.events.subscribe(view)
     if subscriber is None:
         return json_error(503, "too many event subscribers at once; try again later", **{"Retry-After": "5"})
-    link = request.transport
+    link: Any = request.transport  # an HttpLink (its tag), or None once the client left
     if link is not None and hasattr(link, "tag"):
         link.tag = STREAMING  # the idle check spares it (see the module docstring)
     response = web.StreamResponse(headers={**headers, "Cache-Control": "no-store"})
@@ -140,4 +140,6 @@ async def _stream(
         pass  # the client left: the usual end of a subscription
     finally:
         master.events.unsubscribe(subscriber)
+        if link is not None and getattr(link, "tag", None) == STREAMING:
+            link.tag = None  # an idle keep-alive again, as the port's idle check sees it
     return response

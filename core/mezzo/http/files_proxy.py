@@ -123,7 +123,12 @@ class _FilesProxy:
             return _unavailable(exc)
         if status != 200:
             return _answer(status, body)
-        size = json.loads(body)["offset"]
+        try:
+            size = json.loads(body)["offset"]
+        except (ValueError, KeyError, TypeError):
+            size = None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return json_error(502, "the agent answered the file's size with something other than a size")
         name = request.query["path"].rstrip("/").rsplit("/", 1)[-1] or "download"
         response = web.StreamResponse(headers=download_headers(name))
         response.content_length = size
@@ -146,6 +151,7 @@ class _FilesProxy:
                 if request.transport is not None:
                     request.transport.close()
                 return response
+            piece = piece[: size - sent]  # never past the Content-Length announced
             await response.write(piece)
             sent += len(piece)
         await response.write_eof()

@@ -96,6 +96,8 @@ class MasterView(FilesMaster, EventSource, Protocol):
     @property
     def operator(self) -> OperatorActions: ...
 
+    def documents_changed(self) -> None: ...
+
     def request_document(
         self,
         document: str,
@@ -268,6 +270,7 @@ class _Endpoints:
             raise BadParameter("frameworkId", "required: the id of the framework to tear down (a form field)")
         peer = getattr(request.transport, "peer", "?")
         outcome, message = self._master.teardown(principal_of(request), peer, framework_id)
+        self._master.documents_changed()
         if outcome == TORN_DOWN:
             return web.json_response({"message": message})
         return json_error(403 if outcome == REFUSED else 400, message)
@@ -279,6 +282,7 @@ class _Endpoints:
         outcome = self._master.operator.kill_task(
             principal_of(request), _peer(request), framework_id, task_id
         )
+        self._master.documents_changed()
         return _action_answer(outcome)
 
     async def drain(self, request: web.Request) -> web.Response:
@@ -292,12 +296,14 @@ class _Endpoints:
         if not 0 <= grace <= GRACE_MAX:  # NaN fails too
             raise BadParameter("gracePeriod", f"seconds between 0 and {GRACE_MAX:g}, not {str(text)[:20]!r}")
         outcome = self._master.operator.drain(principal_of(request), _peer(request), agent_id, grace)
+        self._master.documents_changed()
         return _action_answer(outcome)
 
     async def reactivate(self, request: web.Request) -> web.Response:
         form = await request.post()
         agent_id = _form_id(form, "agentId", "the id of the agent to reactivate")
         outcome = self._master.operator.reactivate(principal_of(request), _peer(request), agent_id)
+        self._master.documents_changed()
         return _action_answer(outcome)
 
     def _may_view_cluster(self, request: web.Request) -> None:

@@ -400,6 +400,7 @@ class AgentLifecycle:
             elif t.task_id not in framework.tasks:
                 framework.tasks[t.task_id] = tr
                 state.allocator.allocated(fid, res)
+                state.events.task_added(tr, framework)  # adopted: new to this master
 
     def _refuse_task(self, agent: AgentRecord, task: TaskRecord, short: str) -> None:
         """A task a re-registering agent reported does not fit in what is left of
@@ -509,6 +510,9 @@ class AgentLifecycle:
         for key in list(agent.executors):
             state.release_executor(agent, key)
         state.refusals.clear_agent(agent.id)
+        if agent.drain is not None and agent.drain.kill_timer is not None:
+            agent.drain.kill_timer.cancel()  # nothing left to kill; the timer would hold the term
+            agent.drain.kill_timer = None
         del state.agents[agent.id]
         state.offerable.pop(agent.id, None)
         agent.offerable = None

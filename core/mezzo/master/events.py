@@ -44,6 +44,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from .. import state_name
 from ..acls import View
 from ..task_user import DEFAULT_USER
@@ -53,6 +55,8 @@ from .state_view import shows
 if TYPE_CHECKING:
     from ..wire.ttypes import FrameworkInfo, TaskStatus
     from .records import AgentRecord, FrameworkRecord, TaskRecord
+
+log = structlog.get_logger("mezzo.master", component="events")
 
 MAX_SUBSCRIBERS = 64
 """Subscribers at once; one more is refused (503) until one leaves."""
@@ -153,7 +157,11 @@ class EventStream:
                 elif not shows(view, scope):  # type: ignore[arg-type]
                     continue
             if record is None:
-                record = encode(event_type, event_type.lower(), make_body())
+                try:
+                    record = encode(event_type, event_type.lower(), make_body())
+                except Exception:  # an event must never break what the master was doing
+                    log.exception("event not published: its body could not be made", event=event_type)
+                    return
                 self.published += 1
             if not subscriber.put(record):
                 self.cut_off += 1
@@ -170,9 +178,13 @@ class EventStream:
     def task_added(self, task: TaskRecord, framework: FrameworkRecord) -> None:
         self.publish("TASK_ADDED", framework.info, lambda: {"task": task_body(task, framework.info.role)})
 
-    def task_updated(self, task: TaskRecord, framework: FrameworkRecord | None, status: TaskStatus) -> None:
+    def task_updated(
+        self, task: TaskRecord, framework: FrameworkRecord | None, status: TaskStatus | None = None
+    ) -> None:
+        """``task`` changed state: reported by ``status``, or (None) decided by the master
+        (its agent was lost, it was not re-reported)."""
         if framework is None:
-            return
+            return  # the framework is gone: FRAMEWORK_REMOVED says it for its tasks
         self.publish(
             "TASK_UPDATED",
             framework.info,
@@ -185,8 +197,8 @@ class EventStream:
                     "state": state_name(task.state),
                     "message": task.message,
                     "reason": task.reason,
-                    "source": status.source or "",
-                    "timestamp": status.timestamp or task.updated_at,
+                    "source": (status.source or "") if status is not None else "master",
+                    "timestamp": (status.timestamp if status is not None else None) or task.updated_at,
                     "exit_code": task.exit_code,
                 },
             },

@@ -525,6 +525,12 @@ class Master:
         teardown`` does it: see :meth:`~.service.MasterService.teardown`. Leader only."""
         return self.term.service.teardown(principal, peer, framework_id)
 
+    def documents_changed(self) -> None:
+        """An operator changed the state: the HTTP documents kept for reuse are dropped,
+        so the next request shows the change (:meth:`.state_snapshot.StateSnapshots.forget`)."""
+        for snapshots in self._documents.values():
+            snapshots.forget()
+
     def event_counts(self) -> dict[str, Any]:
         """What an event subscriber is told first: how much there is (``/state`` has it all)."""
         state = self.term.state

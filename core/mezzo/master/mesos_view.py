@@ -64,7 +64,7 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     shown = _shown_frameworks(master, view)
     host, _, port = master.address.rpartition(":")
     agents = list(st.agents.values()) if view.cluster else []
-    facts = PendingFacts(master)
+    facts = PendingFacts(master, view)
     out: dict[str, Any] = {
         "version": __version__,
         "id": st.id,
@@ -112,7 +112,7 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             }
         )
     frameworks_out = []
-    facts = PendingFacts(master)
+    facts = PendingFacts(master, view)
     for f in shown:
         counts = {}
         agents: set[str] = set()
@@ -134,7 +134,7 @@ def frameworks(master: Master, view: View, framework_id: str | None = None) -> d
     """``/frameworks[?framework_id=]``."""
     shown = [f for f in _shown_frameworks(master, view) if framework_id is None or f.id == framework_id]
     ended = [f for f in _shown_ended(master, view) if framework_id is None or f.id == framework_id]
-    facts = PendingFacts(master)  # once per document, not per framework (O(offerable agents))
+    facts = PendingFacts(master, view)  # once per document, not per framework (O(offerable agents))
     return {
         "frameworks": [_framework(master, f, full=True, facts=facts) for f in shown],
         "completed_frameworks": [_ended_framework(master, f) for f in ended],
@@ -195,7 +195,7 @@ def overview(master: Master, view: View) -> dict[str, Any]:
         else:
             inactive += 1
     shown = _shown_frameworks(master, view)
-    facts = PendingFacts(master)
+    facts = PendingFacts(master, view)
     tasks_by_state: dict[str, int] = dict.fromkeys(TASK_STATE_NAMES, 0)
     frameworks_out = []
     for f in shown:

@@ -267,6 +267,7 @@ class RevocationMonitor(PeriodicCheck):
                 and (not dying or t.info.task_id not in dying)
                 and (agent := agents.get(t.agent_id)) is not None
                 and agent.conn is not None
+                and agent.drain is None  # what it frees there is never offered
             )
             if above_guarantee(allocated, guaranteed):
                 tasks = [t.held or _held_task(t) for t in candidates]
@@ -284,7 +285,7 @@ class RevocationMonitor(PeriodicCheck):
         if task.kill_requested or (record.id, task.id) in self.revoking or task.state in _NOT_REVOCABLE:
             return False
         agent = self.cluster.agents.get(task.agent_id)
-        return agent is not None and agent.conn is not None
+        return agent is not None and agent.conn is not None and agent.drain is None
 
     def _offered(self, key: tuple) -> bool:
         """Whether the task ``key`` (framework id, task id) was offered to the policy this

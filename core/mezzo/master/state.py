@@ -270,6 +270,7 @@ class ClusterState:
         task.state, task.reason, task.message = state, reason, message
         task.updated_at = time.time()
         task.moved_to(state, task.updated_at)
+        self.events.task_updated(task, self.frameworks.get(task.framework_id))
         self.task_ended(task)
 
     def task_ended(self, task: TaskRecord, *, history: bool = True) -> None:

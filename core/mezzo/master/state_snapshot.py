@@ -107,6 +107,8 @@ class StateSnapshots:
         """Loop time the snapshot being rendered was forked."""
         self._last: tuple[Utf8Text, float] | None = None
         """With ``reuse_slow``: the latest slow snapshot and the loop time until which it answers."""
+        self._last_expiry: asyncio.TimerHandle | None = None
+        """Drops :attr:`_last` when it stops answering (its memory is not kept for nothing)."""
         self.reused = 0
         """Requests answered with a snapshot rendered for an earlier one (for the tests)."""
         self._use_fork = use_fork and hasattr(os, "fork")
@@ -237,7 +239,10 @@ class StateSnapshots:
             now = loop.time()
             took = now - self._started_at
             if took > REUSE_ABOVE and text.size <= REUSE_MAX_BYTES:
-                self._last = (text, now + min(REUSE_FACTOR * took, REUSE_MAX))
+                until = now + min(REUSE_FACTOR * took, REUSE_MAX)
+                self.forget()
+                self._last = (text, until)
+                self._last_expiry = loop.call_at(until, self.forget)
         self._answer_spread(text)
 
     def _render_inline(self) -> str:
@@ -272,8 +277,17 @@ class StateSnapshots:
 
         next_one()
 
+    def forget(self) -> None:
+        """Answer the next request with a new snapshot (the state changed in a way its
+        asker expects to see at once: an operator's action), and free the kept one."""
+        self._last = None
+        if self._last_expiry is not None:
+            self._last_expiry.cancel()
+            self._last_expiry = None
+
     def close(self) -> None:
         """Stop a snapshot in progress, answering nobody (the master is stopping)."""
+        self.forget()
         self._closes += 1
         if self._retry is not None:
             self._retry.cancel()

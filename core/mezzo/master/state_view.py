@@ -17,7 +17,6 @@ from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from ..task_user import DEFAULT_USER
 from ..wire.ttypes import FrameworkInfo
-from .why_pending import PendingFacts, why_pending
 
 if TYPE_CHECKING:
     from .master import Master
@@ -37,7 +36,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     config = master.config
     last_cycle = term.allocation.last_cycle
     as_dict = _Dicts()
-    facts = PendingFacts(master)
+    facts = why_pending.PendingFacts(master)
     return {
         "master": {
             "id": state.id,
@@ -93,7 +92,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 },
                 "agents_refused": state.refusals.agents_refused_by(f.id),
                 "not_offered_last_cycle": last_cycle.get("not_offered", {}).get(f.id, {}),
-                "why_pending": why_pending(facts, f),
+                "why_pending": why_pending.why_pending(facts, f),
             }
             for f in state.frameworks.values()
         ],
@@ -150,9 +149,14 @@ def _partial(full: dict[str, Any], view: View, master: Master) -> dict[str, Any]
     """``full`` cut down to ``view``: O(its size), in the rendering child like the rest."""
     frameworks = master.term.state.frameworks
     shown = {fid for fid, f in frameworks.items() if shows(view, f.info)}
+    facts = why_pending.PendingFacts(master, view)  # what the full state says of others is not theirs
     out: dict[str, Any] = {
         "master": {k: full["master"][k] for k in ("id", "address", "leading", "leader")},
-        "frameworks": [f for f in full["frameworks"] if f["id"] in shown],
+        "frameworks": [
+            {**f, "why_pending": why_pending.why_pending(facts, frameworks[f["id"]])}
+            for f in full["frameworks"]
+            if f["id"] in shown
+        ],
         "tasks": [t for t in full["tasks"] if t["framework_id"] in shown],
         "completed_tasks": [t for t in full["completed_tasks"] if t["framework_id"] in shown],
         "offers": [o for o in full["offers"] if o["framework_id"] in shown],
@@ -207,3 +211,7 @@ def sum_of(resources) -> Resources:
     for r in resources:
         total = total + r
     return total
+
+
+# why_pending reads this module's ``shows``; imported last so that either may be loaded first.
+from . import why_pending  # noqa: E402

@@ -28,6 +28,11 @@ exhausted"). The master knows every reason it holds an offer back, so it says th
 
 An empty list means nothing holds it back: it is offered what frees up, in its turn.
 
+What a viewer may see (:class:`~mezzo.acls.View`) bounds what the reasons say: agent
+ids and counts of agents only with ``view_cluster``; other frameworks only if the view
+shows them (the allocator order ranks among the frameworks it shows; a framework
+revoked for one it does not see hears "another framework").
+
 Cost: the cluster-wide facts are computed once per document (:class:`PendingFacts`,
 O(offerable agents)), each framework's in O(its refusals + offers). Documents are
 rendered in a forked child, never on the master's loop.
@@ -39,8 +44,10 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..acls import FULL_VIEW, View
 from ..resources import Resources
 from .long_tasks import room
+from .state_view import shows
 
 if TYPE_CHECKING:
     from .master import Master
@@ -53,10 +60,11 @@ REFUSED_AGENTS_SHOWN = 10
 class PendingFacts:
     """What :func:`why_pending` needs that is the same for every framework, computed once."""
 
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, view: View = FULL_VIEW) -> None:
         term = master.term
         st = term.state
         self.master = master
+        self.view = view
         self.now = st.now()
         """Loop time (refusals count in it)."""
         self.wall = time.time()
@@ -73,10 +81,14 @@ class PendingFacts:
         self.starved = {s.framework_id: s for s in revocation.starved_now} if revocation else {}
         self.revoking: dict[str, list[str]] = {}
         for entry in revocation.revoking.values() if revocation else ():
-            self.revoking.setdefault(entry.framework_id, []).append(entry.for_framework_id)
+            self.revoking.setdefault(entry.framework_id, []).append(entry.for_framework_id or "")
         self.revocation_on = revocation is not None
         allocator = st.allocator
-        wanting = [f for f in st.frameworks.values() if f.active and f.conn is not None]
+        wanting = [
+            f
+            for f in st.frameworks.values()
+            if f.active and f.conn is not None and (view.everything or shows(view, f.info))
+        ]
         wanting.sort(key=lambda f: allocator.dominant_share(f.id))
         self.rank = {f.id: i + 1 for i, f in enumerate(wanting)}
         self.wanting = len(wanting)
@@ -121,18 +133,20 @@ def why_pending(facts: PendingFacts, f: FrameworkRecord) -> list[dict[str, Any]]
             f"{config.offer_timeout:g} s)",
             offers=len(f.offers),
         )
+    cluster = facts.view.cluster
     count, soonest = st.refusals.refused_agents(f.id, facts.now, REFUSED_AGENTS_SHOWN)
     if count:
         first = soonest[0][1] if soonest else math.inf
         lapse = "until it revives" if math.isinf(first) else f"the first lapses in {max(0.0, first):.1f} s"
+        agents = [
+            {"slave_id": aid, "seconds_left": None if math.isinf(left) else round(max(0.0, left), 3)}
+            for aid, left in soonest
+        ]
         say(
             "refuse_filters",
             f"it declined {count} agent(s), refused to it for a while ({lapse})",
             agents_refused=count,
-            agents=[
-                {"slave_id": aid, "seconds_left": None if math.isinf(left) else round(max(0.0, left), 3)}
-                for aid, left in soonest
-            ],
+            agents=agents if cluster else [{"seconds_left": a["seconds_left"]} for a in agents],
         )
     not_offered: dict[str, int] = facts.last_cycle.get("not_offered", {}).get(f.id, {})
     if f.has_filters:
@@ -152,19 +166,19 @@ def why_pending(facts: PendingFacts, f: FrameworkRecord) -> list[dict[str, Any]]
         if ":" in reason:  # "<offer filter>: <its reason>"
             say("offer_filters", f"offer filter {reason} ({n} agent(s) in the latest cycle)", agents=n)
     if facts.offerable == 0:
-        draining = f"; {facts.draining} agent(s) draining" if facts.draining else ""
+        draining = f"; {facts.draining} agent(s) draining" if facts.draining and cluster else ""
         say(
             "no_free_resources",
             f"no agent has resources free: all are used by tasks or offered{draining}",
         )
     below = facts.last_cycle.get("agents_below_min_offer", 0)
-    if below:
+    if below and cluster:
         say(
             "min_offer",
             f"{below} agent(s) held back: less than master.min_offer ({master.min_offer}) free on them",
             agents=below,
         )
-    if facts.no_long_room:
+    if facts.no_long_room and cluster:
         say(
             "long_task_room",
             f"{facts.no_long_room} agent(s) with free resources have no room left for long tasks "
@@ -186,10 +200,19 @@ def why_pending(facts: PendingFacts, f: FrameworkRecord) -> list[dict[str, Any]]
         )
     revoked_for = facts.revoking.get(f.id)
     if revoked_for:
+        frameworks = st.frameworks
+        names = sorted(
+            {
+                fid
+                if fid
+                and (fid in frameworks and (facts.view.everything or shows(facts.view, frameworks[fid].info)))
+                else "another framework"
+                for fid in revoked_for
+            }
+        )
         say(
             "guarantee",
-            f"above its guarantee: {len(revoked_for)} of its tasks being revoked for "
-            f"{_listed(sorted(set(revoked_for)))}",
+            f"above its guarantee: {len(revoked_for)} of its tasks being revoked for {_listed(names)}",
             tasks_revoked=len(revoked_for),
         )
     rank = facts.rank.get(f.id)
