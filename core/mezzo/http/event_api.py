@@ -11,7 +11,8 @@ Two framings of the same events, whichever a tool reads more easily:
   ``curl -N`` and scripts.
 
 Who may subscribe and what each sees: as for ``/state`` (the caller's ``view_*``
-ACLs; nothing to see is 403). At most :data:`~mezzo.master.events.MAX_SUBSCRIBERS`
+ACLs; nothing to see is 403; the cluster's counts in ``SUBSCRIBED`` only to those who
+see everything). At most :data:`~mezzo.master.events.MAX_SUBSCRIBERS`
 at once (then 503). The response is streamed until the client leaves, the master
 stops leading or the subscriber falls too far behind (a last ``ERROR`` event says
 which); a ``HEARTBEAT`` comes every ``[master.http] event_heartbeat`` seconds (15). The connection is marked streaming, so the
@@ -124,7 +125,10 @@ async def _stream(
                 encode(
                     "SUBSCRIBED",
                     "subscribed",
-                    {"heartbeat_interval_seconds": heartbeat, **master.event_counts()},
+                    {
+                        "heartbeat_interval_seconds": heartbeat,
+                        **(master.event_counts() if view.everything else {}),
+                    },
                 )
             )
         )
