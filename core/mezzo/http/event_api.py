@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from ..acls import Acls, View
-from ..master.audit import principal_of, refused
+from ..acls import Acls
 from ..master.events import EventStream, encode
+from .access import viewer
 from .server import BadParameter, json_error
 
 STREAMING = "http-event-stream"
@@ -95,21 +95,7 @@ async def _stream(
     frame: Callable[[bytes], bytes],
     headers: dict[str, str],
 ) -> web.StreamResponse:
-    principal = principal_of(request.transport)
-    view: View = master.acls.view_of(principal)
-    if view.nothing:
-        refused(
-            f"{request.method} {request.path}",
-            principal,
-            "events",
-            "master.acls.view_cluster, view_frameworks",
-            getattr(request.transport, "peer", "?"),
-        )
-        return json_error(
-            403,
-            f"principal {principal or 'a caller without a certificate'} may not view the cluster "
-            "(master.acls: view_cluster, view_frameworks)",
-        )
+    view = viewer(request, master.acls, "events")
     heartbeat = master.config.http.event_heartbeat
     subscriber = master.events.subscribe(view)
     if subscriber is None:

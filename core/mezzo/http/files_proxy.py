@@ -34,8 +34,9 @@ from aiohttp import web
 
 from ..acls import Acls, View
 from ..agent.files import DOWNLOAD_CHUNK, FileError, parse_int
-from ..master.audit import principal_of, refused
+from ..master.audit import refused
 from ..master.file_requests import FilesUnavailable
+from .access import caller, peer_of, viewer
 from .agent_api import download_headers
 from .server import BadParameter, json_error
 
@@ -173,21 +174,22 @@ class _FilesProxy:
         if len(path) > PATH_MAX or "\0" in path:
             raise BadParameter("path", f"longer than {PATH_MAX} characters or holding NUL")
         framework_id, virtual = sandbox_path(path)
-        principal = principal_of(request.transport)
-        view = self._master.acls.view_of(principal)
+        view = viewer(request, self._master.acls, f"sandbox of framework {framework_id}")
         try:
-            if view.nothing:
-                raise FilesUnavailable(
-                    403, "may not view the cluster (master.acls: view_cluster, view_frameworks)"
-                )
             return await self._master.request_files(
                 view, agent_id, framework_id, operation, virtual, offset, length
             )
         except FilesUnavailable as exc:
             if exc.status != 403:
                 raise
-            peer = getattr(request.transport, "peer", "?")
-            refused(f"GET {request.path}", principal, f"sandbox of framework {framework_id}", str(exc), peer)
+            principal = caller(request)
+            refused(
+                f"GET {request.path}",
+                principal,
+                f"sandbox of framework {framework_id}",
+                str(exc),
+                peer_of(request),
+            )
             who = principal or "a caller without a certificate"
             raise FilesUnavailable(403, f"principal {who} {exc}") from None
 

@@ -50,14 +50,13 @@ from aiohttp import web
 from .. import __version__
 from ..acls import Acls, View
 from ..master import mesos_view
-from ..master.audit import principal_of as link_principal
-from ..master.audit import refused
 from ..master.operator_actions import GRACE_MAX, OperatorActions
 from ..master.operator_actions import REFUSED as ACTION_REFUSED
 from ..master.operator_actions import UNKNOWN as ACTION_UNKNOWN
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
 from . import metrics
+from .access import caller, may_view_cluster, peer_of, viewer
 from .event_api import EventSource, add_event_routes
 from .files_proxy import FilesMaster, add_files_routes
 from .server import (
@@ -105,11 +104,6 @@ class MasterView(FilesMaster, EventSource, Protocol):
         params: tuple[tuple[str, Any], ...],
         reply: Callable[[Utf8Text], None],
     ) -> bool: ...
-
-
-def principal_of(request: web.Request) -> str | None:
-    """Who the caller proved to be with its TLS certificate (None without TLS or a certificate)."""
-    return link_principal(request.transport)
 
 
 def master_app(master: MasterView) -> web.Application:
@@ -233,17 +227,7 @@ class _Endpoints:
         self, request: web.Request, document: str, params: tuple[tuple[str, Any], ...] = ()
     ) -> web.Response:
         """A Mesos-shaped document, as much of it as the caller may see, rendered off the loop."""
-        principal = principal_of(request)
-        view = self._master.acls.view_of(principal)
-        if view.nothing:
-            peer = getattr(request.transport, "peer", "?")
-            refused(
-                f"GET {request.path}", principal, "state", "master.acls.view_cluster, view_frameworks", peer
-            )
-            who = principal or "a caller without a certificate"
-            raise web.HTTPForbidden(
-                text=f"principal {who} may not view the cluster (master.acls: view_cluster, view_frameworks)"
-            )
+        view = viewer(request, self._master.acls, "state")
         answer: asyncio.Future[Utf8Text] = asyncio.get_running_loop().create_future()
 
         def reply(text: Utf8Text) -> None:
@@ -268,8 +252,7 @@ class _Endpoints:
         framework_id = form.get("frameworkId")
         if not isinstance(framework_id, str) or not framework_id:
             raise BadParameter("frameworkId", "required: the id of the framework to tear down (a form field)")
-        peer = getattr(request.transport, "peer", "?")
-        outcome, message = self._master.teardown(principal_of(request), peer, framework_id)
+        outcome, message = self._master.teardown(caller(request), peer_of(request), framework_id)
         self._master.documents_changed()
         if outcome == TORN_DOWN:
             return web.json_response({"message": message})
@@ -279,9 +262,7 @@ class _Endpoints:
         form = await request.post()
         framework_id = _form_id(form, "frameworkId", "the id of the task's framework")
         task_id = _form_id(form, "taskId", "the id of the task to kill")
-        outcome = self._master.operator.kill_task(
-            principal_of(request), _peer(request), framework_id, task_id
-        )
+        outcome = self._master.operator.kill_task(caller(request), peer_of(request), framework_id, task_id)
         self._master.documents_changed()
         return _action_answer(outcome)
 
@@ -295,28 +276,19 @@ class _Endpoints:
             grace = -1.0
         if not 0 <= grace <= GRACE_MAX:  # NaN fails too
             raise BadParameter("gracePeriod", f"seconds between 0 and {GRACE_MAX:g}, not {str(text)[:20]!r}")
-        outcome = self._master.operator.drain(principal_of(request), _peer(request), agent_id, grace)
+        outcome = self._master.operator.drain(caller(request), peer_of(request), agent_id, grace)
         self._master.documents_changed()
         return _action_answer(outcome)
 
     async def reactivate(self, request: web.Request) -> web.Response:
         form = await request.post()
         agent_id = _form_id(form, "agentId", "the id of the agent to reactivate")
-        outcome = self._master.operator.reactivate(principal_of(request), _peer(request), agent_id)
+        outcome = self._master.operator.reactivate(caller(request), peer_of(request), agent_id)
         self._master.documents_changed()
         return _action_answer(outcome)
 
     def _may_view_cluster(self, request: web.Request) -> None:
-        principal = principal_of(request)
-        if not self._master.acls.allows("view_cluster", principal):
-            peer = getattr(request.transport, "peer", "?")
-            refused(
-                f"GET {request.path}", principal, "the cluster's metrics", "master.acls.view_cluster", peer
-            )
-            who = principal or "a caller without a certificate"
-            raise web.HTTPForbidden(
-                text=f"principal {who} may not view the cluster (master.acls.view_cluster)"
-            )
+        may_view_cluster(request, self._master.acls, "the cluster's metrics")
 
 
 def settings_of(master: MasterView) -> dict[str, Any]:
@@ -342,10 +314,6 @@ def settings_of(master: MasterView) -> dict[str, Any]:
             value = dataclasses.asdict(value)  # type: ignore[arg-type]
         out[f.name] = value
     return json.loads(json.dumps(out, default=str))  # whatever TOML gave (dates): as text
-
-
-def _peer(request: web.Request) -> str:
-    return getattr(request.transport, "peer", "?")
 
 
 def _form_id(form: Any, name: str, what: str) -> str:

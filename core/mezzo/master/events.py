@@ -49,7 +49,7 @@ import structlog
 from .. import state_name
 from ..acls import View
 from ..task_user import DEFAULT_USER
-from .mesos_view import agent_body, flat
+from .mesos_view import agent_body, task_body
 from .state_view import shows
 
 if TYPE_CHECKING:
@@ -220,20 +220,6 @@ class EventStream:
         self.publish(
             "FRAMEWORK_REMOVED", framework.info, lambda: {"framework_id": framework.id, "reason": reason}
         )
-
-
-def task_body(task: TaskRecord, role: str) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "name": task.name or task.id,
-        "framework_id": task.framework_id,
-        "executor_id": task.executor_id,
-        "slave_id": task.agent_id,
-        "state": state_name(task.state),
-        "resources": flat(task.resources),
-        "role": role,
-        "labels": [{"key": k, "value": v} for k, v in sorted(task.labels.items())],
-    }
 
 
 def framework_body(f: FrameworkRecord) -> dict[str, Any]:

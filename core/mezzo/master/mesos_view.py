@@ -378,14 +378,9 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool, facts: Pending
     return out
 
 
-def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
-    """A task, running or ended (:class:`~.records.EndedTask`), as Mesos' JSON has it."""
-    agent = master.term.state.agents.get(t.agent_id)
-    if isinstance(t, EndedTask):
-        role = t.role
-    else:
-        framework = master.term.state.frameworks.get(t.framework_id)
-        role = framework.info.role if framework is not None else "*"
+def task_body(t: TaskRecord | EndedTask, role: str) -> dict[str, Any]:
+    """What Mesos' JSON says of a task in every shape (the event stream's ``TASK_ADDED``
+    too): ids, state, resources, role, labels."""
     return {
         "id": t.id,
         "name": t.name or t.id,
@@ -395,8 +390,21 @@ def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
         "state": state_name(t.state),
         "resources": flat(t.resources),
         "role": role,
-        "statuses": [{"state": state_name(s), "timestamp": when} for s, when in t.statuses],
         "labels": [{"key": k, "value": v} for k, v in sorted(t.labels.items())],
+    }
+
+
+def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
+    """A task, running or ended (:class:`~.records.EndedTask`), as Mesos' JSON has it."""
+    agent = master.term.state.agents.get(t.agent_id)
+    if isinstance(t, EndedTask):
+        role = t.role
+    else:
+        framework = master.term.state.frameworks.get(t.framework_id)
+        role = framework.info.role if framework is not None else "*"
+    return {
+        **task_body(t, role),
+        "statuses": [{"state": state_name(s), "timestamp": when} for s, when in t.statuses],
         "message": t.message,
         "reason": t.reason,
         "exit_code": t.exit_code,

@@ -1,0 +1,53 @@
+"""Who is calling an HTTP endpoint of the master, and what they may see: one rule for
+every endpoint (documents, metrics, the event stream, sandbox files).
+
+The caller is who its TLS certificate says (:func:`mezzo.master.audit.principal_of`;
+None without TLS or a certificate). A caller refused is answered 403 naming the
+``[master.acls]`` actions, and the refusal is written to the audit log, as the
+Thrift calls' refusals are.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..acls import Acls, View
+from ..master.audit import principal_of, refused
+
+
+def caller(request: web.Request) -> str | None:
+    """The caller's principal (None without TLS or a certificate)."""
+    return principal_of(request.transport)
+
+
+def peer_of(request: web.Request) -> str:
+    """The client's address, for audit lines."""
+    return getattr(request.transport, "peer", "?")
+
+
+def viewer(request: web.Request, acls: Acls, what: str) -> View:
+    """The part of the cluster the caller may see; raises 403 (audited, ``what`` being
+    what it asked for) when that is nothing."""
+    principal = caller(request)
+    view = acls.view_of(principal)
+    if view.nothing:
+        actions = "master.acls.view_cluster, view_frameworks"
+        refused(f"{request.method} {request.path}", principal, what, actions, peer_of(request))
+        raise web.HTTPForbidden(
+            text=f"principal {principal or 'a caller without a certificate'} may not view the cluster "
+            "(master.acls: view_cluster, view_frameworks)"
+        )
+    return view
+
+
+def may_view_cluster(request: web.Request, acls: Acls, what: str) -> None:
+    """Raises 403 (audited) unless ``view_cluster`` allows the caller ``what``."""
+    principal = caller(request)
+    if not acls.allows("view_cluster", principal):
+        refused(
+            f"{request.method} {request.path}", principal, what, "master.acls.view_cluster", peer_of(request)
+        )
+        raise web.HTTPForbidden(
+            text=f"principal {principal or 'a caller without a certificate'} may not view the cluster "
+            "(master.acls.view_cluster)"
+        )
