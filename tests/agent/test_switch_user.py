@@ -310,7 +310,10 @@ _IMPORTABLE: list[Path] = []
 
 _EXECUTOR_IMPORTS = "import mezzo, mezzo.driver, structlog; mezzo.ExecutorDriver"
 """What an executor written with mezzo imports."""
-_COPIED_IMPORTS = f"{_EXECUTOR_IMPORTS}; import mezzo.cli.main, mezzo.plugins; mezzo.plugins.load_plugins()"
+_COPIED_IMPORTS = (
+    f"{_EXECUTOR_IMPORTS}; import mezzo.cli.main, mezzo.agent.agent, mezzo.http.agent_api, mezzo.plugins; "
+    "mezzo.plugins.load_plugins()"
+)
 """What is copied: an executor's imports, and an agent's with its plugins (found through their
 distributions' entry points, so the ``.dist-info`` directories are copied too)."""
 
