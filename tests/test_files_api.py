@@ -126,6 +126,44 @@ def test_the_master_proxies_read_browse_and_download_of_a_running_tasks_sandbox(
     assert (status, body) == (200, b"first line\nsecond line\n")
 
 
+def test_pages_read_ahead_by_the_master_are_the_agents_and_a_rewrite_shows_within_a_second(running) -> None:
+    """The master answers sequential pages from a piece it fetched ahead
+    (mezzo.master.read_ahead): byte for byte the agent's own answers, and a file rewritten
+    in place reads as rewritten once the piece's second is up."""
+    cluster, fid, agent = running
+    aid = agent["id"]
+    big = f"/frameworks/{fid}/executors/talker/runs/latest/big"
+    direct = f"127.0.0.1:{agent['port']}"
+    wait_for(
+        lambda: (
+            json.loads(request(direct, "/files/read?" + query(path=big, offset=-1))[2])["offset"] == 200_000
+        ),
+        20,
+        "big to be written",
+    )
+    for offset, length in [(0, 65536), (65536, 1000), (66536, 65536), (132072, 65536), (197608, 65536)]:
+        via_master = request(
+            cluster.master, "/files/read?" + query(agent_id=aid, path=big, offset=offset, length=length)
+        )
+        at_agent = request(direct, "/files/read?" + query(path=big, offset=offset, length=length))
+        assert via_master[0] == at_agent[0] == 200
+        assert json.loads(via_master[2]) == json.loads(at_agent[2]), (offset, length)
+    assert len(json.loads(via_master[2])["data"]) == 200_000 - 197_608  # the last page, short
+
+    with open(sandbox_on_disk(cluster, fid) / "big", "r+b") as f:
+        f.write(b"y" * 10)  # in place: the owner and the size stay
+    wait_for(
+        lambda: (
+            json.loads(request(cluster.master, "/files/read?" + query(agent_id=aid, path=big, length=12))[2])[
+                "data"
+            ]
+            == "y" * 10 + "zz"
+        ),
+        5,
+        "the rewrite through the master",
+    )
+
+
 def test_the_proxy_refuses_what_is_outside_sandboxes_and_names_bad_parameters(running) -> None:
     cluster, fid, agent = running
     aid = agent["id"]

@@ -154,7 +154,7 @@ class SandboxFiles:
         ``offset`` counts bytes, so the next page starts at ``offset + bytes read``,
         which :meth:`read_bytes` gives raw."""
         offset, data = self.read_bytes(path, offset, length)
-        return {"offset": offset, "data": data.decode("utf-8", errors="replace")}
+        return {"offset": offset, "data": page_text(data)}
 
     def read_bytes(
         self, path: str, offset: int = 0, length: int | None = None, *, cap: int = READ_MAX
@@ -393,7 +393,7 @@ def answer(files: SandboxFiles, operation: str, path: str, offset: int, length: 
         if operation == "browse":
             return 200, _json(files.browse(path))
         if operation == "read":
-            return 200, _json(files.read(path, offset, None if length < 0 else length))
+            return 200, read_body(*files.read_bytes(path, offset, None if length < 0 else length))
         if operation == "download":
             if offset < 0:
                 raise BadRequest(f"{offset} is not a byte offset", "offset")
@@ -404,6 +404,17 @@ def answer(files: SandboxFiles, operation: str, path: str, offset: int, length: 
     except OSError as exc:
         # An I/O error on the agent's disk: the caller's answer, not the agent's failure.
         return 500, _json({"error": f"reading {path[:200]!r} failed: {exc.strerror or exc}", "status": 500})
+
+
+def page_text(data: bytes) -> str:
+    """A page's bytes as the text ``read`` answers (see :meth:`SandboxFiles.read`)."""
+    return data.decode("utf-8", errors="replace")
+
+
+def read_body(offset: int, data: bytes) -> bytes:
+    """The JSON body of a ``read`` answer: ``{"offset": offset, "data": text}``. The master
+    builds the same from the pieces it reads ahead (:mod:`mezzo.master.read_ahead`)."""
+    return _json({"offset": offset, "data": page_text(data)})
 
 
 def _json(value: Any) -> bytes:

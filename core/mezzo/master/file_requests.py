@@ -14,6 +14,9 @@ with the same id. This table holds the requests in flight:
 - a reply bigger than :data:`REPLY_MAX_BYTES` is refused (502): an agent answers at most
   a 1 MiB piece of a download or a bounded listing.
 
+``read`` pages are answered from a 1 MiB piece fetched ahead where one holds them
+(:mod:`.read_ahead`), so a sequential reader costs one request per MiB, not per page.
+
 Who may read which sandbox is decided before (:meth:`FileRequests.request`, by the
 framework named in the path and the caller's ``view_frameworks``).
 """
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ..acls import View
+from ..agent.files import read_body
+from .read_ahead import PIECE, ReadAhead, page_length
 from .state_view import shows
 
 if TYPE_CHECKING:
@@ -75,6 +80,8 @@ class FileRequests:
         self._ids = itertools.count(1)
         self.ignored = 0
         """Replies dropped: unknown id, wrong connection, too big."""
+        self.read_ahead = ReadAhead()
+        """Pieces of files read lately, which answer the next ``read`` pages (:mod:`.read_ahead`)."""
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -106,6 +113,28 @@ class FileRequests:
         if not agent.connected or agent.conn is None:
             raise FilesUnavailable(503, f"agent {agent_id} is disconnected; its files cannot be read now")
         conn = agent.conn
+        if operation == "read" and self.read_ahead.applies(offset, length):
+            page = self.read_ahead.page(agent_id, conn, path, offset, length)
+            if page is not None:
+                return 200, page
+            status, piece = await self._send(state, agent_id, conn, "download", path, offset, PIECE)
+            if status != 200:
+                return status, piece
+            self.read_ahead.keep(agent_id, conn, path, offset, piece)
+            return 200, read_body(offset, piece[: page_length(length)])
+        return await self._send(state, agent_id, conn, operation, path, offset, length)
+
+    async def _send(
+        self,
+        state: ClusterState,
+        agent_id: str,
+        conn: Any,
+        operation: str,
+        path: str,
+        offset: int,
+        length: int,
+    ) -> tuple[int, bytes]:
+        """One ``files_request`` to ``agent_id`` on ``conn`` and its answer."""
         rid, answer = self.ask(agent_id, conn)
         try:
             state.outbox.agent(conn).files_request(rid, operation, path, offset, length)
