@@ -42,7 +42,9 @@ PROBE_SECONDS = 10.0
 
 def measure_point(agents: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"fig10-{agents}-") as tmp:
-        with EmulatedCluster(Path(tmp), agents, per_connection=args.per_connection) as cluster:
+        with EmulatedCluster(
+            Path(tmp), agents, per_connection=args.per_connection, master_toml=args.master_toml
+        ) as cluster:
             # Frameworks first, so that DRF spreads the agents over all of them as they
             # register (the first framework up would otherwise take a whole idle cluster).
             cluster.start_frameworks(
@@ -144,8 +146,15 @@ def main(argv=None) -> int:
         default=PROBE_SECONDS,
         help="the test framework's task length (the paper's: 10 s)",
     )
+    p.add_argument(
+        "--master-toml",
+        default="",
+        metavar="TOML",
+        help='more of the master\'s configuration, e.g. "[master]\\nmax_completed_tasks_per_framework = 0"',
+    )
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)
+    args.master_toml = args.master_toml.replace("\\n", "\n")
     mezzo.log.configure("warning")
     sizes = args.agents or (QUICK if args.quick else FULL)
     args.runs = args.runs or (3 if args.quick else 5)

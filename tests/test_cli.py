@@ -116,6 +116,11 @@ def test_state_metrics_prints_the_master_counters(make_cluster):
     assert metrics["messages_sent"] >= 2
     assert metrics["cpu_seconds"] > 0
     assert 1 << 20 < metrics["rss_bytes"] < 1 << 32
+    # The collection at start-up (heap.tune_gc) is not counted; the counters are there.
+    assert set(metrics["gc"]) == {
+        *(f"gen{g}_{what}" for g in range(3) for what in ("collections", "seconds")),
+        "max_pause_seconds",
+    }
 
 
 def test_fetch_metrics_counts_the_traffic_between_two_calls(make_cluster, drivers):

@@ -40,7 +40,7 @@ from ..acls import View
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig, TlsConfig, parse_min_offer
 from ..errors import MezzoError
-from ..heap import tune_gc
+from ..heap import GC_PAUSES, tune_gc
 from ..http.link import http_handoff
 from ..http.master_api import master_app
 from ..http.server import HttpServer
@@ -607,6 +607,7 @@ class Master:
             "status_updates_dropped": term.tasks.updates_dropped,
             "cpu_seconds": round(time.process_time(), 3),
             "rss_bytes": _rss_bytes(),
+            "gc": GC_PAUSES.stats(),
             "connections": self.connection_limiter.stats(),
         }
 
