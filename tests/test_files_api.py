@@ -101,11 +101,11 @@ def test_the_master_proxies_read_browse_and_download_of_a_running_tasks_sandbox(
 
     wait_for(lambda: read()["data"] == "first line\n", 20, "the first line")
     size = read(offset=-1)
-    assert size == {"offset": len("first line\n"), "data": ""}
+    assert size == {"offset": len("first line\n"), "data": "", "length": 0}
     # Growing output: re-read from the previous end.
     (sandbox_on_disk(cluster, fid) / "go").touch()
     wait_for(lambda: read(offset=size["offset"])["data"] == "second line\n", 20, "the second line")
-    assert read(offset=6, length=4) == {"offset": 6, "data": "line"}
+    assert read(offset=6, length=4) == {"offset": 6, "data": "line", "length": 4}
 
     status, _, body = request(cluster.master, "/master/files/browse?" + query(agent_id=aid, path=sandbox))
     names = {entry["path"].rsplit("/", 1)[-1]: entry for entry in json.loads(body)}
@@ -207,7 +207,7 @@ def test_the_agent_answers_files_and_metrics_at_its_own_port(running) -> None:
         lambda: json.loads(request(address, "/files/read?" + query(path=stdout))[2])["data"], 20, "output"
     )
     status, _, body = request(address, "/files/read?" + query(path=stdout))
-    assert status == 200 and json.loads(body) == {"offset": 0, "data": "first line\n"}
+    assert status == 200 and json.loads(body) == {"offset": 0, "data": "first line\n", "length": 11}
     real = str(sandbox_on_disk(cluster, fid) / "stdout")
     assert json.loads(request(address, "/files/read?" + query(path=real, offset=-1))[2])["offset"] == 11
     status, _, body = request(address, "/files/browse?" + query(path=stdout.rsplit("/", 1)[0]))

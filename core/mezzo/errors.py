@@ -17,3 +17,19 @@ class ConfigError(MezzoError):
 
 class PluginError(MezzoError):
     """A component named in the configuration is not installed, or a plugin is broken."""
+
+
+class RequestFailed(MezzoError):
+    """A command's request to a daemon failed, for a reason not on its command line: the
+    master unreachable, refusing, or not knowing what was named. Commands exit 1 on it
+    (a user mistake exits 2); ``status`` is the HTTP status when there was one."""
+
+    status: int | None = None
+
+
+class MasterUnreachable(RequestFailed):
+    """The master did not answer (not running, wrong address, not a mezzo master, timeout)."""
+
+
+class NotAllowed(RequestFailed):
+    """The master refused the request: the caller's principal may not (its ACLs)."""

@@ -21,10 +21,12 @@ from typing import Any
 
 from .config import TlsConfig
 from .discovery import peer_address
-from .errors import MezzoError
+from .errors import MasterUnreachable, NotAllowed
 from .rpc import connect, parse_address
 from .rpc.tls import client_tls_for
 from .services import AGENT, MASTER, TOOL
+
+__all__ = ["MasterUnreachable", "NotAllowed"]  # and the functions below; the errors live in .errors
 
 _request_ids = itertools.count(1)
 
@@ -32,14 +34,6 @@ ANSWER_MAX_BYTES = 1 << 30
 """The largest answer accepted. The state of a 50,000-agent cluster with 100,000
 tasks is tens of megabytes, beyond the 16 MiB bound daemons put on what peers send;
 here the peer is the master we asked."""
-
-
-class MasterUnreachable(MezzoError):
-    """The master did not answer (not running, wrong address, timeout)."""
-
-
-class NotAllowed(MezzoError):
-    """The master refused the request: the caller's principal may not see it (its ACLs)."""
 
 
 class _Waiter:
@@ -78,9 +72,9 @@ async def fetch_metrics_async(
     return await _ask(master, "request_metrics", timeout, tls)
 
 
-async def _ask(
-    master: str, call: str, timeout: float, tls: TlsConfig | None, *args: Any, parse: bool = True
-) -> Any:
+async def leader_of(master: str, timeout: float) -> tuple[str, int]:
+    """The address of ``master`` (``HOST:PORT``), or of the master leading ``zk://...``;
+    :class:`MasterUnreachable` naming what failed."""
     try:
         target = peer_address(master, 5050, connect_timeout=timeout)
     except ValueError as exc:
@@ -96,6 +90,13 @@ async def _ask(
         target.close()
     if address is None:
         raise MasterUnreachable(f"no master leads {master}")
+    return address
+
+
+async def _ask(
+    master: str, call: str, timeout: float, tls: TlsConfig | None, *args: Any, parse: bool = True
+) -> Any:
+    address = await leader_of(master, timeout)
     return await _request("master", address, MASTER, call, timeout, tls, *args, parse=parse)
 
 

@@ -41,10 +41,10 @@ def work(tmp_path):
 
 def test_read_gives_the_bytes_from_an_offset_and_minus_one_gives_the_size(work) -> None:
     files = SandboxFiles(str(work))
-    assert files.read(f"{RUN}/c-new/stdout") == {"offset": 0, "data": "hello from c-new\n"}
-    assert files.read(f"{RUN}/c-new/stdout", 6, 4) == {"offset": 6, "data": "from"}
-    assert files.read(f"{RUN}/c-new/stdout", -1) == {"offset": 17, "data": ""}
-    assert files.read(f"{RUN}/c-new/stdout", 100) == {"offset": 100, "data": ""}
+    assert files.read(f"{RUN}/c-new/stdout") == {"offset": 0, "data": "hello from c-new\n", "length": 17}
+    assert files.read(f"{RUN}/c-new/stdout", 6, 4) == {"offset": 6, "data": "from", "length": 4}
+    assert files.read(f"{RUN}/c-new/stdout", -1) == {"offset": 17, "data": "", "length": 0}
+    assert files.read(f"{RUN}/c-new/stdout", 100) == {"offset": 100, "data": "", "length": 0}
 
 
 def test_the_real_path_works_as_the_virtual_one(work) -> None:
@@ -153,7 +153,7 @@ def test_fifos_are_refused_without_blocking(work) -> None:
 
 def test_answer_speaks_status_and_json_or_raw_bytes(work) -> None:
     files = SandboxFiles(str(work))
-    assert answer(files, "read", f"{RUN}/c-new/stdout", -1, -1) == (200, b'{"offset":17,"data":""}')
+    assert answer(files, "read", f"{RUN}/c-new/stdout", -1, -1) == (200, b'{"offset":17,"data":"","length":0}')
     assert answer(files, "download", f"{RUN}/c-new/stdout", 6, 4) == (200, b"from")
     status, body = answer(files, "browse", "/etc", 0, -1)
     assert status == 403 and json.loads(body)["status"] == 403
@@ -161,3 +161,26 @@ def test_answer_speaks_status_and_json_or_raw_bytes(work) -> None:
     assert status == 404
     status, body = answer(files, "erase", f"{RUN}/c-new/stdout", 0, -1)
     assert status == 400 and "'operation'" in json.loads(body)["error"]
+
+
+def test_a_character_cut_at_a_pages_end_is_left_for_the_next_page_and_length_counts_bytes(work) -> None:
+    path = Sandbox.path_for(str(work), FID, EID, "c-new") + "/utf8"
+    text = "aé€😀"  # 1, 2, 3 and 4 bytes
+    with open(path, "wb") as f:
+        f.write(text.encode() + b"\xff!")
+    files = SandboxFiles(str(work))
+    name = f"{RUN}/c-new/utf8"
+    pages, offset = [], 0
+    while True:
+        got = files.read(name, offset, 4)
+        if not got["length"]:
+            break
+        pages.append(got["data"])
+        offset += got["length"]
+    # Every character whole, on the page where it could be; the stray byte replaced.
+    assert "".join(pages) == text + "\ufffd!"
+    assert offset == len(text.encode()) + 2
+    assert files.read(name, 0, 2) == {"offset": 0, "data": "a", "length": 1}
+    assert files.read(name, 3, 3) == {"offset": 3, "data": "€", "length": 3}
+    # A page too short for the character it starts: given as it is, so a reader moves on.
+    assert files.read(name, 3, 2) == {"offset": 3, "data": "\ufffd", "length": 2}

@@ -150,11 +150,11 @@ class SandboxFiles:
 
         Mesos puts the raw bytes in a JSON string; JSON text must be Unicode, so mezzo
         decodes them as UTF-8 with ``errors="replace"``: text reads as written, and a
-        byte that is not UTF-8 (or a character cut at the page's edge) becomes U+FFFD.
-        ``offset`` counts bytes, so the next page starts at ``offset + bytes read``,
-        which :meth:`read_bytes` gives raw."""
-        offset, data = self.read_bytes(path, offset, length)
-        return {"offset": offset, "data": page_text(data)}
+        byte that is not UTF-8 becomes U+FFFD. A character cut at the page's end is left
+        for the next page, and ``length`` (mezzo's) says how many bytes the page covers:
+        the next page starts at ``offset + length`` (the text's own length differs where
+        bytes were replaced)."""
+        return page(*self.read_bytes(path, offset, length))
 
     def read_bytes(
         self, path: str, offset: int = 0, length: int | None = None, *, cap: int = READ_MAX
@@ -406,15 +406,35 @@ def answer(files: SandboxFiles, operation: str, path: str, offset: int, length: 
         return 500, _json({"error": f"reading {path[:200]!r} failed: {exc.strerror or exc}", "status": 500})
 
 
-def page_text(data: bytes) -> str:
-    """A page's bytes as the text ``read`` answers (see :meth:`SandboxFiles.read`)."""
-    return data.decode("utf-8", errors="replace")
+def page(offset: int, data: bytes) -> dict[str, Any]:
+    """A ``read`` answer for ``data`` read at ``offset`` (see :meth:`SandboxFiles.read`):
+    ``{"offset", "data", "length"}``, a UTF-8 character cut at the end left out (unless
+    it is all the page holds: a reader asking for fewer bytes than a character still
+    moves on)."""
+    cut = _cut_character(data)
+    if cut < len(data):
+        data = data[: len(data) - cut]
+    return {"offset": offset, "data": data.decode("utf-8", errors="replace"), "length": len(data)}
 
 
 def read_body(offset: int, data: bytes) -> bytes:
-    """The JSON body of a ``read`` answer: ``{"offset": offset, "data": text}``. The master
-    builds the same from the pieces it reads ahead (:mod:`mezzo.master.read_ahead`)."""
-    return _json({"offset": offset, "data": page_text(data)})
+    """:func:`page` as the JSON body the API sends. The master builds the same from the
+    pieces it reads ahead (:mod:`mezzo.master.read_ahead`)."""
+    return _json(page(offset, data))
+
+
+def _cut_character(data: bytes) -> int:
+    """How many bytes at the end of ``data`` begin a UTF-8 character they do not finish
+    (0-3): the start of a multi-byte sequence, followed by fewer continuation bytes than
+    its first byte announces."""
+    for back in range(1, min(3, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: a character starts here
+            needed = (
+                2 if 0xC2 <= byte <= 0xDF else 3 if 0xE0 <= byte <= 0xEF else 4 if 0xF0 <= byte <= 0xF4 else 1
+            )
+            return back if needed > back else 0
+    return 0
 
 
 def _json(value: Any) -> bytes:

@@ -172,6 +172,15 @@ def teardown(args: argparse.Namespace) -> int:
     return 0
 
 
+def tool(args: argparse.Namespace) -> int:
+    """One of the operator's commands (:mod:`.tools`), against the master's HTTP API."""
+    cfg = _load(args, {"agent.master": args.master})
+    from . import tools
+
+    with tools.client(args, cfg) as api:
+        return getattr(tools, {"tasks": "ps"}.get(args.tool, args.tool))(args, api)
+
+
 def plugins(args: argparse.Namespace) -> int:
     _load(args, {})
     rows = load_plugins().describe()

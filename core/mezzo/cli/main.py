@@ -1,5 +1,6 @@
 """The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``teardown``,
-``plugins``, ``certs``.
+``plugins``, ``certs``, and the operator's ``ps``, ``task``, ``logs``, ``kill``, ``agents``,
+``frameworks``, ``drain``, ``undrain``.
 
 Flags mean the same in every command (``--config``, ``--master``, ``--listen``,
 ...); a flag overrides the same key of the TOML file (``--config`` or
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from ..errors import MezzoError
+from .. import __version__
+from ..errors import MezzoError, RequestFailed
 from . import commands
 
 EPILOG = "Configuration: TOML via --config or $MEZZO_CONFIG; flags override it. Docs: docs/configuration.md"
@@ -34,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="mezzo: fine-grained cluster sharing through resource offers (the Mesos design).",
         epilog=EPILOG,
     )
+    parser.add_argument("--version", action="version", version=f"mezzo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -174,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     _tool_flags(p)
     p.set_defaults(func=commands.teardown)
 
+    _operator_commands(sub)
+
     p = sub.add_parser(
         "plugins",
         help="list installed plugins and their components",
@@ -213,6 +219,149 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TOOL_EPILOG = (
+    "Asks the master's HTTP API (the leader's, with zk://); TLS and the principal from [tls] of "
+    "--config or $MEZZO_CONFIG. Exit status: 0 done, 1 the master unreachable, refusing (ACLs) or "
+    "not knowing what was named, 2 a mistake on the command line."
+)
+
+
+def _operator_commands(sub: Any) -> None:
+    """``ps``/``tasks``, ``task``, ``logs``, ``kill``, ``agents``, ``frameworks``, ``drain``,
+    ``undrain``: :mod:`.tools`."""
+
+    def command(name: str, summary: str, description: str, aliases: tuple[str, ...] = ()) -> Any:
+        p = sub.add_parser(name, help=summary, description=description, epilog=TOOL_EPILOG, aliases=aliases)
+        _common(p)
+        _tool_flags(p)
+        p.set_defaults(func=commands.tool, tool=name)
+        return p
+
+    def json_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--json", action="store_true", help="print the master's JSON answer instead of a table"
+        )
+
+    p = command(
+        "ps",
+        "list tasks (active ones; --all for ended ones too)",
+        "List tasks, newest first: id, framework, state, host, cpus, mem, age (running) or how long "
+        "it ran (ended), exit code. One request to the master's /tasks.",
+        aliases=("tasks",),
+    )
+    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="only this framework's tasks")
+    p.add_argument("--agent", metavar="AGENT_ID", help="only the tasks on this agent")
+    p.add_argument(
+        "--state",
+        metavar="STATE",
+        type=_task_state,
+        help="only tasks in this state (TASK_RUNNING, TASK_FAILED, ...; or active, ended)",
+    )
+    p.add_argument("--all", action="store_true", help="ended tasks too (the master keeps the most recent)")
+    p.add_argument(
+        "--limit", type=_count, default=100, metavar="N", help="show at most N tasks (default 100)"
+    )
+    json_flag(p)
+
+    p = command(
+        "task",
+        "show one task: its states, agent and sandbox",
+        "Show one task, running or ended: its state, reason, message and exit code, the agent it "
+        "runs on, its resources, the times of each state it went through, and its sandbox "
+        "(the path mezzo logs and /files/* read).",
+    )
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework, if ids repeat")
+    json_flag(p)
+
+    p = command(
+        "logs",
+        "print a task's stdout (or stderr), and follow it with -f",
+        "Print a task's stdout or stderr through the master (no access to agents needed). "
+        "With -f, keep printing what it writes until the task ends.",
+    )
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework, if ids repeat")
+    p.add_argument("-f", "--follow", action="store_true", help="follow the output until the task ends")
+    p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+    p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines (then follow, with -f)")
+
+    p = command(
+        "kill",
+        "kill a task",
+        "Kill a task as an operator: its executor is told to kill it (TASK_KILLED, reason "
+        "killed_by_operator). The master's kill_tasks ACL decides who may.",
+    )
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework (found when omitted)")
+
+    p = command(
+        "agents",
+        "list agents: state, resources used",
+        "List the agents in the order they registered: id, host, state (active, disconnected, "
+        "DRAINING, DRAINED), cpus and memory used of their total.",
+    )
+    p.add_argument(
+        "--limit", type=_count, default=1000, metavar="N", help="show at most N agents (default 1000)"
+    )
+    json_flag(p)
+
+    p = command(
+        "frameworks",
+        "list frameworks, and why each gets no offers",
+        "List the frameworks: id, name, role, connection, resources used, dominant share, and the "
+        "first reason offers are held back from it now (--why: all of them).",
+    )
+    p.add_argument("--why", action="store_true", help="every reason each framework gets no offers now")
+    json_flag(p)
+
+    p = command(
+        "drain",
+        "stop offering an agent; kill its tasks after a grace period",
+        "Drain an agent: no new offers, its outstanding offers rescinded, its tasks killed once the "
+        "grace period is over (reason agent_drained). mezzo undrain brings it back. The master's "
+        "drain_agents ACL decides who may.",
+    )
+    p.add_argument("agent_id", metavar="AGENT_ID")
+    p.add_argument(
+        "--grace",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long its tasks may run on before they are killed (default 0: at once)",
+    )
+
+    p = command("undrain", "offer a drained agent again", "Reactivate a draining or drained agent.")
+    p.add_argument("agent_id", metavar="AGENT_ID")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _task_state(text: str) -> str:
+    name = text.upper() if text.lower() not in ("active", "ended") else text.lower()
+    if name not in ("active", "ended") and not name.startswith("TASK_"):
+        name = f"TASK_{name}"
+    return name
+
+
 def _tool_flags(p: argparse.ArgumentParser) -> None:
     """What the commands asking a master (``state``, ``teardown``) share."""
     p.add_argument(
@@ -246,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
+    except RequestFailed as exc:
+        # Not a mistake on the command line: the master unreachable, refusing, or not
+        # knowing what was named (a bad parameter it rejects is one: 2).
+        print(f"mezzo {args.command}: {exc}", file=sys.stderr)
+        return 2 if exc.status == 400 else 1
     except MezzoError as exc:
         print(f"mezzo {args.command}: {exc}", file=sys.stderr)
         return 2

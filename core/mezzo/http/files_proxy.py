@@ -6,7 +6,7 @@ agent's own link to it (:mod:`mezzo.master.file_requests`), so a browser or a CL
 only the master:
 
 - ``GET /files/browse?agent_id=&path=``: ``[{path, nlink, size, mtime, mode, uid, gid}]``;
-- ``GET /files/read?agent_id=&path=&offset=&length=``: ``{"offset": N, "data": "..."}``
+- ``GET /files/read?agent_id=&path=&offset=&length=``: ``{"offset": N, "data": "...", "length": bytes}``
   (``offset=-1``: the file's size; at most 64 KiB a read);
 - ``GET /files/download?agent_id=&path=``: the raw bytes, fetched from the agent 1 MiB at a
   time and streamed as they come, up to the file's size when the download began;

@@ -211,11 +211,14 @@ class _Endpoints:
         if order not in mesos_view.ORDERS:
             raise BadParameter("order", f"{order[:20]!r} is not asc or desc")
         state = request.query.get("state") or None
-        if state is not None and state not in mesos_view.TASK_STATE_NAMES:
-            raise BadParameter("state", f"{state[:20]!r} is not a task state (TASK_RUNNING, ...)")
+        if state is not None and state not in mesos_view.TASK_STATE_FILTERS:
+            raise BadParameter(
+                "state", f"{state[:20]!r} is not a task state (TASK_RUNNING, ...), active or ended"
+            )
         params = (
             ("framework_id", _id_parameter(request, "framework_id")),
             ("task_id", _id_parameter(request, "task_id")),
+            ("agent_id", _id_parameter(request, "agent_id")),
             ("limit", _count_parameter(request, "limit", mesos_view.TASKS_LIMIT)),
             ("offset", _count_parameter(request, "offset", 0)),
             ("order", order),

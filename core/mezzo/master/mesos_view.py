@@ -237,14 +237,17 @@ def tasks(
     *,
     framework_id: str | None = None,
     task_id: str | None = None,
+    agent_id: str | None = None,
     limit: int = TASKS_LIMIT,
     offset: int = 0,
     order: str = "desc",
     state: str | None = None,
 ) -> dict[str, Any]:
     """``/tasks``: active and completed tasks, newest first (``order=desc``) by the time
-    of their last update, ``offset`` skipped, at most ``limit``; only those in
-    ``state`` (a ``TASK_*`` name, mezzo's) if given. ``total`` counts all that match."""
+    of their last update, ``offset`` skipped, at most ``limit``; only those of
+    ``framework_id``, ``task_id``, ``agent_id`` when given, and in ``state``: a ``TASK_*``
+    name, ``active`` (not ended) or ``ended`` (mezzo's filters). ``total`` counts all
+    that match."""
     found: list[Any] = []
     frameworks: list[FrameworkRecord | EndedFramework] = [
         *_shown_frameworks(master, view),
@@ -255,7 +258,13 @@ def tasks(
             if isinstance(f, FrameworkRecord):
                 found.extend(t for t in f.tasks.values() if task_id is None or t.id == task_id)
             found.extend(t for t in f.completed if task_id is None or t.id == task_id)
-    if state is not None:
+    if agent_id is not None:
+        found = [t for t in found if t.agent_id == agent_id]
+    if state == "active":
+        found = [t for t in found if not is_terminal(t.state)]
+    elif state == "ended":
+        found = [t for t in found if is_terminal(t.state)]
+    elif state is not None:
         found = [t for t in found if state_name(t.state) == state]
     found.sort(key=lambda t: t.updated_at, reverse=order == "desc")
     return {"tasks": [_task(master, t) for t in found[offset : offset + limit]], "total": len(found)}
@@ -306,6 +315,8 @@ TASK_STATE_NAMES = (
     "TASK_UNREACHABLE",
 )
 """The task counts every agent and framework of ``/state-summary`` carries, zeros included."""
+TASK_STATE_FILTERS = frozenset({*TASK_STATE_NAMES, "active", "ended"})
+"""What ``/tasks?state=`` takes: a state, or ``active`` (not ended) or ``ended``."""
 
 
 def agent_body(a: AgentRecord) -> dict[str, Any]:

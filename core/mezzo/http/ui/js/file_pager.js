@@ -55,8 +55,9 @@ export class FilePager {
       const answer = await this.read(this.offset, WINDOW);
       const data = answer.data || "";
       if (!data) break;
-      // The offset counts bytes of the file, the text is characters: advance by its UTF-8 length.
-      const read = encoder.encode(data).length;
+      // The offset counts bytes of the file, the text is characters: advance by the bytes
+      // the page covered (mezzo's `length`; the text's UTF-8 length where it is absent).
+      const read = Number.isInteger(answer.length) ? answer.length : encoder.encode(data).length;
       this.offset = Number(answer.offset ?? this.offset) + read;
       this.show(data);
       if (read < WINDOW) break; // a short read: caught up with the writer

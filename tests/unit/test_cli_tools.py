@@ -1,0 +1,64 @@
+"""Pure parts of the operator commands (mezzo.cli.tools, mezzo.cli.tables): where ``logs
+--tail N`` starts, and the table and duration formats."""
+
+from __future__ import annotations
+
+import pytest
+
+from mezzo.agent.files import page
+from mezzo.cli import tools
+from mezzo.cli.tables import duration, table
+
+
+class FileApi:
+    """``read_file`` over bytes, answering as the agent does (mezzo.agent.files.page)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.reads = 0
+
+    def read_file(self, agent_id: str, path: str, offset: int, length: int | None = None) -> dict:
+        self.reads += 1
+        if offset == -1:
+            return {"offset": len(self.data), "data": "", "length": 0}
+        return page(offset, self.data[offset : offset + (length or tools.PAGE)])
+
+
+def tail(data: bytes, lines: int) -> bytes:
+    api = FileApi(data)
+    return data[tools.tail_start(api, "a", "/p", len(data), lines) :]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("page_size", [4, 7, 64 * 1024])
+def test_tail_starts_at_the_nth_line_from_the_end_whatever_the_pages(monkeypatch, page_size) -> None:
+    monkeypatch.setattr(tools, "PAGE", page_size)
+    text = "".join(f"line {i} é€😀\n" for i in range(1, 21)).encode()
+    assert tail(text, 2) == "line 19 é€😀\nline 20 é€😀\n".encode()
+    assert tail(text, 1) == "line 20 é€😀\n".encode()
+    assert tail(text[:-1], 1) == "line 20 é€😀".encode()  # no final newline: the last line still counts
+    assert tail(text[:-1], 2) == "line 19 é€😀\nline 20 é€😀".encode()
+    assert tail(text, 50) == text  # fewer lines than asked: all of it
+    assert tail(text, 0) == b""
+    assert tail(b"", 3) == b""
+
+
+def test_tail_reads_back_at_most_its_bound(monkeypatch) -> None:
+    monkeypatch.setattr(tools, "PAGE", 10)
+    monkeypatch.setattr(tools, "TAIL_SCAN_MAX", 30)
+    api = FileApi(b"x" * 100)  # one long line
+    assert tools.tail_start(api, "a", "/p", 100, 3) == 70  # type: ignore[arg-type]
+    assert api.reads == 3
+
+
+def test_tables_and_durations() -> None:
+    assert table(["ID", "STATE"], [["t1", "TASK_RUNNING"], ["task-22", None]]) == (
+        "ID       STATE\nt1       TASK_RUNNING\ntask-22  -"
+    )
+    assert [duration(s) for s in (None, 0, 59.9, 61, 3600 * 2 + 300, 86400 * 3 + 3600 * 4)] == [
+        None,
+        "0s",
+        "59s",
+        "1m01s",
+        "2h05m",
+        "3d04h",
+    ]
