@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-SUBCOMMANDS = ["master", "agent", "local", "run", "state", "plugins"]
+SUBCOMMANDS = ["master", "agent", "local", "run", "state", "plugins", "ps", "task", "logs", "kill",
+               "agents", "frameworks", "drain", "undrain"]
 
 
 def mezzo(*args, timeout=60, **kw):
@@ -149,3 +150,21 @@ def test_fetch_metrics_counts_the_traffic_between_two_calls(make_cluster, driver
     again = fetch_metrics(cluster.master)
     assert again["messages_received"] > after["messages_received"]
     assert again["messages_sent"] > after["messages_sent"]
+
+
+def test_the_master_and_the_agent_log_a_line_when_a_task_ends(make_cluster):
+    from mezzo.testing import wait_for
+
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3, r.stderr
+
+    def ended_line(name):
+        lines = [line for line in (cluster.dir / f"{name}.log").read_text().splitlines() if "task ended" in line]
+        return lines[0] if lines else ""
+
+    wait_for(lambda: ended_line("master") and ended_line("agent-1"), 10, "both task-end lines")
+    for name in ("master", "agent-1"):
+        line = ended_line(name)
+        assert "state=TASK_FAILED" in line and "exit_code=3" in line and "framework=" in line, line
+        assert "seconds=" in line and "task=mezzo-run" in line, line

@@ -152,6 +152,8 @@ class TaskRecord:
     info: TaskInfo
     runner: CommandTask | ExecutorRun | None
     """None for a task recovered with its end still being reported."""
+    started_at: float = field(default_factory=time.monotonic)
+    """When this agent process launched it (or recovered it: then its age here)."""
 
 
 class Agent:
@@ -727,6 +729,17 @@ class Agent:
         sent = self.updates.update(status, source=source)
         if sent is not None and is_terminal(status.state):
             self.task_ends[state_name(status.state)] += 1
+            held = self.tasks.get((status.framework_id, status.task_id))
+            self.log.info(
+                "task ended",
+                framework=status.framework_id,
+                task=status.task_id,
+                state=state_name(status.state),
+                reason=status.reason or None,
+                exit_code=status.exit_code,
+                seconds=round(time.monotonic() - held.started_at, 3) if held is not None else None,
+                message=(status.message or "")[:200] or None,
+            )
         return sent
 
     def _stamp_kill_reason(self, status: TaskStatus) -> None:

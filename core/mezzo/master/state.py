@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from .. import state_name
 from ..resources import Resources
-from ..wire.ttypes import ExecutorInfo, Filters, TaskStatus
+from ..wire.ttypes import ExecutorInfo, Filters, TaskState, TaskStatus
 from . import long_tasks
 from .events import EventStream
 from .offers import OfferBook
@@ -280,6 +281,17 @@ class ClusterState:
         sent to its agent."""
         task.info.data = None
         task.held = None
+        log.info(
+            "task ended",
+            framework=task.framework_id,
+            task=task.id,
+            agent=task.agent_id,
+            state=state_name(task.state),
+            reason=task.reason or None,
+            exit_code=task.exit_code,
+            seconds=ran_for(task.statuses),
+            message=(task.message or "")[:200] or None,
+        )
         self.completed_tasks.append(task)
         framework = self.frameworks.get(task.framework_id)
         if history and framework is not None and self.completed_per_framework > 0:
@@ -394,3 +406,9 @@ class ClusterState:
 
 def _no_allocation(*, prompt: bool = False) -> None:
     return None
+
+
+def ran_for(statuses: list[tuple[int, float]]) -> float | None:
+    """Seconds from a task's first TASK_RUNNING to its last status (None if it never ran)."""
+    started = next((when for state, when in statuses if state == TaskState.TASK_RUNNING), None)
+    return round(statuses[-1][1] - started, 3) if started is not None else None
