@@ -168,3 +168,92 @@ def test_the_master_and_the_agent_log_a_line_when_a_task_ends(make_cluster):
         line = ended_line(name)
         assert "state=TASK_FAILED" in line and "exit_code=3" in line and "framework=" in line, line
         assert "seconds=" in line and "task=mezzo-run" in line, line
+
+
+# -- mezzo run never waits silently; user mistakes are one line -----------------------------
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--cpus", "-1"), ("--cpus", "nan"), ("--mem", "-5"),
+                                             ("--cpus", "inf"), ("--timeout", "soon")])
+def test_run_with_a_bad_amount_is_one_line_naming_the_flag(flag, value):
+    r = mezzo("run", flag, value, "--", "true", timeout=20)
+    assert r.returncode == 2
+    assert f"argument {flag}" in one_line(r.stderr)
+
+
+def test_a_daemon_whose_port_is_taken_says_so_in_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        r = mezzo("master", "--listen", address, timeout=20)
+    assert r.returncode == 2
+    line = one_line(r.stderr)
+    assert f"master.listen: cannot listen on {address}" in line and "in use" in line
+
+
+def test_run_fails_at_once_when_no_master_listens_or_no_agent_could_hold_the_task(make_cluster):
+    import time
+
+    from mezzo.testing import free_port
+
+    started = time.monotonic()
+    r = mezzo("run", "--master", f"127.0.0.1:{free_port()}", "--", "true", timeout=20)
+    assert r.returncode == 1 and "cannot reach the master" in one_line(r.stderr)
+    assert time.monotonic() - started < 5  # a Python start-up and a refused dial, not a retry loop
+
+    cluster = make_cluster(1, agent_resources="cpus:2;mem:512", master={"allocation_interval": 0.01})
+    r = mezzo("run", "--master", cluster.master, "--cpus", "64", "--", "echo", "hi", timeout=20)
+    assert r.returncode == 1
+    assert "no agent offers 64 cpus (the largest has 2 cpus, 512 mem)" in one_line(r.stderr)
+
+
+def test_run_prints_all_of_a_long_output_and_a_failed_tasks_stderr_and_sandbox(make_cluster):
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "seq", "1", "100000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "".join(f"{i}\n" for i in range(1, 100001))  # 588,895 bytes, not a 64 KiB tail
+
+    script = "echo out; for i in $(seq 1 30); do echo err-$i >&2; done; exit 5"
+    r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "sh", "-c", script)
+    assert r.returncode == 5 and r.stdout == "out\n"
+    assert "the last lines of its stderr" in r.stderr
+    assert "err-30" in r.stderr and "err-21" in r.stderr and "err-20\n" not in r.stderr
+    assert "sandbox: /frameworks/" in r.stderr and "mezzo logs --stderr" in r.stderr
+
+
+def test_run_says_what_it_waits_for_and_gives_up_when_the_master_is_gone(make_cluster):
+    import time
+
+    cluster = make_cluster(1, agent_resources="cpus:1;mem:512", master={"allocation_interval": 0.01})
+    hog = subprocess.Popen([sys.executable, "-m", "mezzo", "run", "--master", cluster.master, "--cpus", "1",
+                            "--mem", "16", "--", "sleep", "60"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        from mezzo.operator_client import OperatorClient
+        from mezzo.testing import wait_for
+
+        with OperatorClient(cluster.master) as api:
+            wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the hog to run")
+        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "6",
+                  "--", "true", timeout=30)
+        assert r.returncode == 124
+        assert "waiting: no agent has 1 cpus, 16 mem free now" in r.stderr
+        assert "gave up after 6 s" in r.stderr
+
+        cluster.stop()  # the master goes away under the running hog
+        started = time.monotonic()
+        _, err = hog.communicate(timeout=60)
+    finally:
+        hog.kill()
+    # The default window: 10 s after the master was lost (not a redial for ever).
+    assert hog.returncode == 1 and "gave up: the master was gone for 10 s" in err
+    assert time.monotonic() - started < 30

@@ -131,6 +131,9 @@ def test_resources_detected_when_not_configured(tmp_path):
     assert partial.get("mem") == r.get("mem") and partial.range_pairs("ports") == [(31000, 32000)]
     with pytest.raises(ConfigError, match="agent.resources"):
         agent_resources("cpus:lots", str(tmp_path))
+    # Named as zero is zero, not "detect it": an agent of cpus:0;mem:0 offers no cpus or memory.
+    zero = agent_resources("cpus:0;mem:0", str(tmp_path))
+    assert zero.get("cpus") == 0 and zero.get("mem") == 0 and zero.get("disk") == r.get("disk")
 
 
 def test_agent_resources_beyond_what_any_agent_may_have_stop_the_agent_naming_the_key(tmp_path):

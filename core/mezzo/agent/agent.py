@@ -94,6 +94,7 @@ from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, ConnectionLimiter, Listener, client_tls, parse_address, serve, server_tls
+from ..rpc.listener import listen_error
 from ..services import AGENT, EXECUTOR, MASTER
 from ..task_user import task_user
 from ..wire.ttypes import AgentInfo, FrameworkInfo, KillPolicy, RunningTask, TaskInfo, TaskState, TaskStatus
@@ -371,16 +372,19 @@ class Agent:
                 port=port,
                 before=recovered_port,
             )
-        return await serve(
-            host,
-            port,
-            AGENT,
-            self._service,
-            max_frame=max_frame,
-            limiter=limiter,
-            tls=self._server_tls,
-            handoff=self._handoff,
-        )
+        try:
+            return await serve(
+                host,
+                port,
+                AGENT,
+                self._service,
+                max_frame=max_frame,
+                limiter=limiter,
+                tls=self._server_tls,
+                handoff=self._handoff,
+            )
+        except OSError as exc:
+            raise listen_error("agent.listen", host, port, exc) from None
 
     # -- recovery -----------------------------------------------------------
 

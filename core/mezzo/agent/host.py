@@ -53,7 +53,8 @@ def detect_resources(work_dir: str) -> Resources:
 
 
 def agent_resources(text: str, work_dir: str) -> Resources:
-    """Parse ``agent.resources`` and fill in the detected standard resources it omits.
+    """Parse ``agent.resources`` and fill in the detected standard resources it does not
+    name (one it names as 0 stays 0).
 
     Raises :class:`ConfigError` on ``agent.resources`` when the text does not parse, or
     names more than any agent may have (the master would refuse it).
@@ -65,9 +66,12 @@ def agent_resources(text: str, work_dir: str) -> Resources:
     problem = agent_resources_problem(given)
     if problem is not None:
         raise ConfigError("agent.resources", problem)
+    # Named is given, zero included: "cpus:0" is an agent without cpus (Resources drops
+    # zeros, so the parsed value cannot tell "cpus:0" from no cpus at all).
+    named = {part.split(":", 1)[0].strip() for part in (text or "").split(";") if ":" in part}
     detected = detect_resources(work_dir)
-    missing_scalars = {n: detected.get(n) for n in ("cpus", "mem", "disk") if n not in given.scalars}
-    missing_ranges = {} if "ports" in given.ranges else {"ports": detected.range_pairs("ports")}
+    missing_scalars = {n: detected.get(n) for n in ("cpus", "mem", "disk") if n not in named}
+    missing_ranges = {} if "ports" in named else {"ports": detected.range_pairs("ports")}
     return given + Resources(missing_scalars, missing_ranges)
 
 

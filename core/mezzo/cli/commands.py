@@ -148,7 +148,14 @@ def run(args: argparse.Namespace) -> int:
     from .run_task import run_command
 
     return run_command(
-        cfg.agent.master, cmd, cpus=args.cpus, mem=args.mem, name=args.name, timeout=args.timeout, tls=cfg.tls
+        cfg.agent.master,
+        cmd,
+        cpus=args.cpus,
+        mem=args.mem,
+        name=args.name,
+        timeout=args.timeout,
+        tls=cfg.tls,
+        lost_master_after=args.lost_master_after,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import MezzoError, RequestFailed
@@ -31,8 +31,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", choices=["console", "json"], help="log line format (TOML log.format)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one line naming the flag, and exit status 2
+    (argparse's default also prints the whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mezzo",
         description="mezzo: fine-grained cluster sharing through resource offers (the Mesos design).",
         epilog=EPILOG,
@@ -127,15 +135,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="master, or the ZooKeeper its masters elect through (default 127.0.0.1:5050)",
     )
-    p.add_argument("--cpus", type=float, default=1.0, help="cpus for the task (default 1)")
-    p.add_argument("--mem", type=float, default=128.0, metavar="MB", help="memory in MB (default 128)")
+    p.add_argument("--cpus", type=_amount, default=1.0, help="cpus for the task (default 1)")
+    p.add_argument("--mem", type=_amount, default=128.0, metavar="MB", help="memory in MB (default 128)")
     p.add_argument("--name", default="mezzo-run", help="framework and task name (default mezzo-run)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="give up (exit 124) if the task has not ended after this long; 0 = wait forever",
+    )
+    p.add_argument(
+        "--lost-master-after",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up (exit 1) when the master is gone this long; the task may run on (default 10)",
     )
     p.add_argument(
         "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments"
@@ -335,6 +350,16 @@ def _operator_commands(sub: Any) -> None:
     p.add_argument("agent_id", metavar="AGENT_ID")
 
 
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount >= 0")
+    return value
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -356,9 +381,15 @@ def _seconds(text: str) -> float:
 
 
 def _task_state(text: str) -> str:
-    name = text.upper() if text.lower() not in ("active", "ended") else text.lower()
-    if name not in ("active", "ended") and not name.startswith("TASK_"):
-        name = f"TASK_{name}"
+    """``running``, ``TASK_RUNNING``, ``active`` or ``ended`` as ``/tasks?state=`` takes it."""
+    from ..wire.ttypes import TaskState
+
+    if text.lower() in ("active", "ended"):
+        return text.lower()
+    name = text.upper() if text.upper().startswith("TASK_") else f"TASK_{text.upper()}"
+    if name not in TaskState.__members__:
+        choices = ", ".join(n[5:].lower() for n in TaskState.__members__)
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a task state ({choices}; or active, ended)")
     return name
 
 

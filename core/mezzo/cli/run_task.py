@@ -1,9 +1,18 @@
-"""``mezzo run -- CMD``: one command as one task, like ``mesos-execute``.
+"""``mezzo run -- CMD``: one command as one task, like ``mesos-execute`` or Slurm's ``srun``.
 
 A tiny framework: it takes the first offer big enough, launches the command with
 the built-in command executor, declines everything else, prints each state
-change to stderr and the task's output (carried back in the terminal status) to
-stdout, then unregisters. The exit status is the command's own.
+change to stderr and the task's output to stdout, then unregisters. The exit
+status is the command's own.
+
+It never waits silently. Before registering it asks the master's HTTP API for
+``/overview``: nothing listening, a peer that is not a mezzo master, or a request no
+active agent could ever hold (``--cpus 64`` on agents of 2) end it at once, with one
+line. While no offer fits it says why every few seconds (the master's ``why_pending``
+for it). A master lost for longer than ``lost_master_after`` ends it (the task may run
+on: ``mezzo task`` finds it). When the task ends, its whole stdout is printed: the
+64 KiB tail the terminal status carries, or the sandbox's file through the master when
+it is longer; a failed task's last lines of stderr and its sandbox follow.
 """
 
 from __future__ import annotations
@@ -12,15 +21,28 @@ import shlex
 import sys
 import threading
 import time
+from typing import Any
 
 import mezzo
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo, TaskState
 from mezzo.config import TlsConfig
+from mezzo.errors import RequestFailed
+
+from ..operator_client import OperatorClient
+from . import tools
+from .tables import number
 
 # Exit statuses when the command itself gave none.
 EXIT_KILLED = 137
 EXIT_NOT_RUN = 1
 EXIT_TIMEOUT = 124
+
+WAITING_REPORT_SECONDS = 3.0
+"""How often, while no offer fits, the run asks the master why and says so (when it changed)."""
+LOST_MASTER_SECONDS = 10.0
+"""How long the master may be gone before the run gives up."""
+STDERR_TAIL_LINES = 10
+"""Lines of a failed task's stderr shown."""
 
 
 class _OneTask(mezzo.Scheduler):
@@ -28,19 +50,40 @@ class _OneTask(mezzo.Scheduler):
         self.argv = argv
         self.resources = resources
         self.name = name
-        self.launched = False
+        self.launched: TaskInfo | None = None
+        self.framework_id: str | None = None
         self.exit_status: int | None = None
+        self.final: Any = None
+        """The terminal TaskStatus."""
+        self.lost_since: float | None = None
+        self.most_free: dict[str, float] = {}
+        """The most of cpus and mem free in one offer declined for being too small, since
+        the last report (what ``waiting:`` says)."""
         self.done = threading.Event()
 
     def registered(self, driver, framework_id, master) -> None:
+        self.framework_id = framework_id
         _say(f"registered with {master} as framework {framework_id}")
+
+    def reregistered(self, driver, framework_id, master) -> None:
+        if self.lost_since is not None:
+            _say(f"the master is back ({master})")
+        self.lost_since = None
+
+    def disconnected(self, driver) -> None:
+        if self.lost_since is None:
+            self.lost_since = time.monotonic()
+            _say("lost the master; redialling")
 
     def resource_offers(self, driver, offers) -> None:
         for offer in offers:
-            if self.launched or not self.resources.fits_in(offer.resources):
+            if self.launched is not None or not self.resources.fits_in(offer.resources):
+                if self.launched is None:
+                    free = Resources.of(offer.resources)
+                    for name in ("cpus", "mem"):
+                        self.most_free[name] = max(self.most_free.get(name, 0.0), free.get(name))
                 driver.decline_offer(offer.offer_id, Filters(refuse_seconds=3600 if self.launched else 1))
                 continue
-            self.launched = True
             task = TaskInfo(
                 task_id=f"{self.name}-{int(time.time() * 1000)}",
                 name=self.name,
@@ -48,6 +91,7 @@ class _OneTask(mezzo.Scheduler):
                 resources=self.resources,
                 command=CommandInfo(value=shlex.join(self.argv)),
             )
+            self.launched = task
             _say(f"launching {task.task_id} on {offer.hostname} ({offer.agent_id}): {shlex.join(self.argv)}")
             driver.launch_tasks([offer.offer_id], [task])
             driver.set_needs_offers(False)
@@ -58,9 +102,7 @@ class _OneTask(mezzo.Scheduler):
         _say(f"{status.task_id} {state}{detail}")
         if not mezzo.is_terminal(status.state):
             return
-        if status.data:
-            sys.stdout.write(status.data.decode("utf-8", "replace"))
-            sys.stdout.flush()
+        self.final = status
         if status.state == TaskState.TASK_FINISHED:
             self.exit_status = 0
         elif status.exit_code is not None:
@@ -90,20 +132,123 @@ def run_command(
     name: str,
     timeout: float,
     tls: TlsConfig | None = None,
+    lost_master_after: float = LOST_MASTER_SECONDS,
 ) -> int:
-    """Run ``argv`` as one task on the cluster at ``master``; return its exit status."""
+    """Run ``argv`` as one task on the cluster at ``master``; return its exit status.
+    Raises :class:`~mezzo.errors.RequestFailed` (one line; exit 1) when the master cannot
+    be used or no agent could hold the task."""
     resources = Resources(cpus=cpus, mem=mem)
-    scheduler = _OneTask(argv, resources, name)
-    driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master, tls=tls)
-    driver.start()
+    api = OperatorClient(master, timeout=5.0, tls=tls)
     try:
-        finished = scheduler.done.wait(timeout if timeout > 0 else None)
-    except KeyboardInterrupt:
-        _say("interrupted: stopping the framework (its task is killed)")
+        overview = api.get("/overview")
+        _check_fits(resources, overview)
+        scheduler = _OneTask(argv, resources, name)
+        driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master, tls=tls)
+        driver.start()
+        try:
+            status = _wait(scheduler, api, timeout, lost_master_after)
+        except KeyboardInterrupt:
+            _say("interrupted: stopping the framework (its task is killed)")
+            driver.stop()
+            return 130
         driver.stop()
-        return 130
-    driver.stop()
-    if not finished:
-        _say(f"gave up after {timeout:g} s")
-        return EXIT_TIMEOUT
-    return scheduler.exit_status if scheduler.exit_status is not None else EXIT_NOT_RUN
+        if status is not None:
+            return status
+        _print_output(scheduler, api)
+        return scheduler.exit_status if scheduler.exit_status is not None else EXIT_NOT_RUN
+    finally:
+        api.close()
+
+
+def _check_fits(resources: Resources, overview: dict[str, Any]) -> None:
+    """:class:`tools.NotFound` when no active agent has enough of a resource the task asks
+    for (what the caller may see of the agents: nothing to check without ``view_cluster``)."""
+    largest = (overview.get("resources") or {}).get("largest_agent") or {}
+    if not largest:
+        return
+    for name in ("cpus", "mem"):
+        wanted = resources.get(name)
+        if wanted > largest.get(name, 0):
+            have = ", ".join(f"{number(v)} {k}" for k, v in sorted(largest.items()) if k in ("cpus", "mem"))
+            raise tools.NotFound(f"no agent offers {number(wanted)} {name} (the largest has {have})")
+
+
+def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_after: float) -> int | None:
+    """Until the task ends (None), or an exit status to give up with: the timeout, or the
+    master gone for ``lost_master_after`` s. Says why nothing is launched while it waits."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    said = ""
+    next_report = time.monotonic() + WAITING_REPORT_SECONDS
+    while not scheduler.done.wait(0.2):
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            _say(f"gave up after {timeout:g} s" + (f" ({said})" if said else ""))
+            return EXIT_TIMEOUT
+        if scheduler.lost_since is not None and now - scheduler.lost_since >= lost_master_after:
+            where = (
+                f"; the task may still run: mezzo task {scheduler.launched.task_id}"
+                if scheduler.launched
+                else ""
+            )
+            _say(f"gave up: the master was gone for {lost_master_after:g} s{where}")
+            return EXIT_NOT_RUN
+        if scheduler.launched is None and scheduler.framework_id and now >= next_report:
+            next_report = now + WAITING_REPORT_SECONDS
+            why = _waiting_for(scheduler, api)
+            if why and why != said:
+                _say(f"waiting: {why}")
+                said = why
+    return None
+
+
+def _waiting_for(scheduler: _OneTask, api: OperatorClient) -> str:
+    """Why nothing is launched yet: offers too small (the most they had free), else the
+    master's ``why_pending`` for this framework, but for the run's own short declines."""
+    if scheduler.most_free:
+        most, scheduler.most_free = scheduler.most_free, {}
+        want = ", ".join(f"{number(scheduler.resources.get(n))} {n}" for n in ("cpus", "mem"))
+        free = ", ".join(f"{number(v)} {n}" for n, v in sorted(most.items()))
+        return f"no agent has {want} free now (the most one offered: {free}); all busy?"
+    try:
+        shown = api.get("/frameworks", framework_id=scheduler.framework_id)["frameworks"]
+    except (RequestFailed, KeyError, TypeError):
+        return ""
+    reasons = (
+        [r for r in (shown[0].get("why_pending") or []) if r.get("reason") != "refuse_filters"]
+        if shown
+        else []
+    )
+    return reasons[0]["message"] if reasons else ""
+
+
+def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
+    """The task's whole stdout on stdout; for a task that did not finish, the end of its
+    stderr and where its sandbox is, on stderr."""
+    status, task = scheduler.final, scheduler.launched
+    carried = (status.data or b"") if status is not None else b""
+    if task is None or scheduler.framework_id is None:
+        sys.stdout.write(carried.decode("utf-8", "replace"))
+        return
+    sandbox = f"/frameworks/{scheduler.framework_id}/executors/{task.task_id}/runs/latest"
+    try:
+        size = api.read_file(task.agent_id, f"{sandbox}/stdout", -1)["offset"]
+        if size > len(carried):  # the status carries only the last 64 KiB
+            tools.copy_file(api, task.agent_id, f"{sandbox}/stdout", 0, sys.stdout)
+        else:
+            sys.stdout.write(carried.decode("utf-8", "replace"))
+        sys.stdout.flush()
+    except RequestFailed as exc:
+        sys.stdout.write(carried.decode("utf-8", "replace"))
+        sys.stdout.flush()
+        if len(carried) >= 64 * 1024:
+            _say(f"stdout shown from its last 64 KiB only: the whole file could not be read ({exc})")
+    if status is not None and status.state != TaskState.TASK_FINISHED:
+        try:
+            size = api.read_file(task.agent_id, f"{sandbox}/stderr", -1)["offset"]
+            start = tools.tail_start(api, task.agent_id, f"{sandbox}/stderr", size, STDERR_TAIL_LINES)
+            if size > start:
+                _say(f"the last lines of its stderr ({size - start} of {size} bytes):")
+                tools.copy_file(api, task.agent_id, f"{sandbox}/stderr", start, sys.stderr)
+        except RequestFailed:
+            pass
+        _say(f"sandbox: {sandbox} on agent {task.agent_id} (mezzo logs --stderr {task.task_id})")

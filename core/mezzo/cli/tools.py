@@ -7,8 +7,9 @@ what a command does is one ``POST``; nothing here decides what the master alread
 Output is a table, or the master's JSON with ``--json``.
 
 Exit statuses: 0 done; 1 the master could not be reached, refused (its ACLs), or does not
-know the task, agent or framework named; 2 a mistake on the command line (argparse, or a
-value the master rejects as a bad parameter).
+know the task or agent a command acts on; 2 a mistake on the command line (argparse, or a
+value the master rejects as a bad parameter). A filter matching nothing (``ps --framework
+F`` of a framework with no tasks) is an empty table, not an error.
 """
 
 from __future__ import annotations
@@ -149,12 +150,12 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
     size = api.read_file(agent, path, -1)["offset"]
     offset = 0 if args.tail is None else tail_start(api, agent, path, size, args.tail)
     out = sys.stdout
-    offset = _copy(api, agent, path, offset, out)
+    offset = copy_file(api, agent, path, offset, out)
     if not args.follow or t.get("end_time"):
         return 0
     checked = time.monotonic()
     while True:
-        got = _copy(api, agent, path, offset, out)
+        got = copy_file(api, agent, path, offset, out)
         if got != offset:
             offset = got
             continue
@@ -162,15 +163,15 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
             checked = time.monotonic()
             now = api.get("/tasks", task_id=t["id"], framework_id=t["framework_id"], limit=1)["tasks"]
             if not now or now[0].get("end_time"):
-                _copy(api, agent, path, offset, out)  # what it wrote last
+                copy_file(api, agent, path, offset, out)  # what it wrote last
                 if now:
                     print(f"[task {t['id']} {now[0]['state']}]", file=sys.stderr)
                 return 0
         time.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _copy(api: OperatorClient, agent: str, path: str, offset: int, out: Any) -> int:
-    """Write the file from ``offset`` to its end now; the offset reached."""
+def copy_file(api: OperatorClient, agent: str, path: str, offset: int, out: Any) -> int:
+    """Write a sandbox file from ``offset`` to its end now to ``out``; the offset reached."""
     while True:
         page = api.read_file(agent, path, offset, PAGE)
         covered = page.get("length", len(page["data"].encode()))

@@ -48,6 +48,7 @@ from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
 from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
 from ..rpc.codec import Utf8Text
+from ..rpc.listener import listen_error
 from ..services import MASTER
 from ..zk import LeaderDetector, LeaderElection, parse_zk_url
 from ..zk.client import UnprotectedPath
@@ -310,16 +311,21 @@ class Master:
             self._http = HttpServer(master_app(self))
             await self._http.start()
             handoff = http_handoff(self._http.handler, self.connection_limiter)
-        self._server = await serve(
-            host,
-            port,
-            MASTER,
-            self.gate,
-            max_frame=self.config.max_frame_bytes,
-            limiter=self.connection_limiter,
-            tls=self._server_tls,
-            handoff=handoff,
-        )
+        try:
+            self._server = await serve(
+                host,
+                port,
+                MASTER,
+                self.gate,
+                max_frame=self.config.max_frame_bytes,
+                limiter=self.connection_limiter,
+                tls=self._server_tls,
+                handoff=handoff,
+            )
+        except OSError as exc:
+            if self._http is not None:
+                await self._http.stop()
+            raise listen_error("master.listen", host, port, exc) from None
         bound = self._server.sockets[0].getsockname()
         self.address = f"{bound[0]}:{bound[1]}"
         if bound[0] in ("0.0.0.0", "::", ""):

@@ -173,8 +173,9 @@ def offers(master: Master, view: View, limit: int = TASKS_LIMIT, offset: int = 0
 def overview(master: Master, view: View) -> dict[str, Any]:
     """``/overview`` (mezzo's): what the web UI's front page shows, in one small
     document whatever the cluster's size: the master, agent and task counts,
-    resource totals, and each framework the viewer sees with its task counts and
-    why it is pending. No list of agents or tasks."""
+    resource totals (and the most of each scalar one active agent has: what no task
+    can exceed), and each framework the viewer sees with its task counts and why it
+    is pending. No list of agents or tasks."""
     term = master.term
     st = term.state
     host = master.address.rpartition(":")[0]
@@ -183,6 +184,7 @@ def overview(master: Master, view: View) -> dict[str, Any]:
     used = Resources()
     offered = Resources()
     active = inactive = draining = 0
+    largest: dict[str, float] = {}
     for a in agents:
         total = total + a.total
         used = used + used_on(a)
@@ -192,6 +194,10 @@ def overview(master: Master, view: View) -> dict[str, Any]:
             draining += 1
         elif a.connected:
             active += 1
+            for name in a.total.scalars:
+                amount = a.total.get(name)
+                if amount > largest.get(name, 0):
+                    largest[name] = amount
         else:
             inactive += 1
     shown = _shown_frameworks(master, view)
@@ -223,7 +229,12 @@ def overview(master: Master, view: View) -> dict[str, Any]:
             "allocator": master.config.allocator.name,
         },
         "agents": {"active": active, "inactive": inactive, "draining": draining},
-        "resources": {"total": flat(total), "used": flat(used), "offered": flat(offered)},
+        "resources": {
+            "total": flat(total),
+            "used": flat(used),
+            "offered": flat(offered),
+            "largest_agent": largest,
+        },
         "tasks": tasks_by_state,
         "offers": sum(len(f.offers) for f in shown),
         "frameworks": frameworks_out,
@@ -315,7 +326,7 @@ TASK_STATE_NAMES = (
     "TASK_UNREACHABLE",
 )
 """The task counts every agent and framework of ``/state-summary`` carries, zeros included."""
-TASK_STATE_FILTERS = frozenset({*TASK_STATE_NAMES, "active", "ended"})
+TASK_STATE_FILTERS = frozenset({*TaskState.__members__, "active", "ended"})
 """What ``/tasks?state=`` takes: a state, or ``active`` (not ended) or ``ended``."""
 
 

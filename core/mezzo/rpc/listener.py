@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import structlog
 
+from ..errors import ConfigError
 from .connection import Connection
 from .limits import ConnectionLimiter
 from .tls import ServerTls, handshake_refusal
@@ -254,3 +255,14 @@ def _reset(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+def listen_error(key: str, host: str, port: int, exc: OSError) -> ConfigError:
+    """A daemon that cannot listen where it was told: the :class:`ConfigError` naming
+    ``key`` (a user's mistake, one line, exit 2), not a traceback."""
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        why = "the address is in use (another master or agent running? choose another with --listen)"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (ports below 1024 need root)"
+    return ConfigError(key, f"cannot listen on {host}:{port}: {why}")
