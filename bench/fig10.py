@@ -43,7 +43,10 @@ PROBE_SECONDS = 10.0
 def measure_point(agents: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"fig10-{agents}-") as tmp:
         with EmulatedCluster(
-            Path(tmp), agents, per_connection=args.per_connection, master_toml=args.master_toml
+            Path(tmp),
+            agents,
+            per_connection=args.per_connection,
+            master_toml=getattr(args, "master_toml", ""),
         ) as cluster:
             # Frameworks first, so that DRF spreads the agents over all of them as they
             # register (the first framework up would otherwise take a whole idle cluster).

@@ -188,12 +188,17 @@ def test_task_shows_its_history_sandbox_and_exit_code(env):
     with urllib.request.urlopen(f"http://{env.master}/files/read?{query}", timeout=20) as answer:
         assert json.loads(answer.read())["data"] == "hello\n"
 
-    rows = [line.split(None, 1) for line in history.strip().splitlines()]
-    assert rows[0] == ["STATE", "AT"]
-    states, times = [s for s, _ in rows[1:]], [at for _, at in rows[1:]]
+    lines = history.strip().splitlines()
+    assert lines[0].split() == ["STATE", "AT", "SOURCE", "REASON", "MESSAGE"]
+    rows = [line.split() for line in lines[1:]]
+    states, times = [r[0] for r in rows], [f"{r[1]} {r[2]}" for r in rows]
     assert states[0] == "TASK_STAGING" and states[-1] == "TASK_FINISHED", states
     assert states.index("TASK_STAGING") < states.index("TASK_RUNNING") < states.index("TASK_FINISHED")
     assert times == sorted(times)
+    # Who reported each state (the master launched it; the agent's built-in command
+    # executor ended it), and the message of the last.
+    assert rows[0][3] == "master" and rows[-1][3] == "agent", lines
+    assert "command exited with status 0" in lines[-1]
 
     as_json = json.loads(env.op("task", "hist-task", "--json").stdout)
     assert as_json["id"] == "hist-task" and as_json["state"] == "TASK_FINISHED"

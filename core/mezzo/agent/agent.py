@@ -76,7 +76,7 @@ import functools
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,21 +343,24 @@ class Agent:
                 )
 
     async def _bind(self, host: str, port: int, recovered_port: int) -> Listener:
-        max_frame, limiter = self.config.max_frame_bytes, self._limiter
         executors = any(fw.executors for fw in self.frameworks.values())
+
+        def listen(on_port: int) -> Awaitable[Listener]:
+            return serve(
+                host,
+                on_port,
+                AGENT,
+                self._service,
+                max_frame=self.config.max_frame_bytes,
+                limiter=self._limiter,
+                tls=self._server_tls,
+                handoff=self._handoff,
+            )
+
         if recovered_port and port == 0 and self.frameworks:
             # Executors find their agent through MEZZO_AGENT_ENDPOINT: be where they look.
             try:
-                return await serve(
-                    host,
-                    recovered_port,
-                    AGENT,
-                    self._service,
-                    max_frame=max_frame,
-                    limiter=limiter,
-                    tls=self._server_tls,
-                    handoff=self._handoff,
-                )
+                return await listen(recovered_port)
             except OSError as exc:
                 (self.log.error if executors else self.log.info)(
                     "cannot bind the port the agent had before its restart"
@@ -373,16 +376,7 @@ class Agent:
                 before=recovered_port,
             )
         try:
-            return await serve(
-                host,
-                port,
-                AGENT,
-                self._service,
-                max_frame=max_frame,
-                limiter=limiter,
-                tls=self._server_tls,
-                handoff=self._handoff,
-            )
+            return await listen(port)
         except OSError as exc:
             raise listen_error("agent.listen", host, port, exc) from None
 

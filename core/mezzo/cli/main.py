@@ -350,14 +350,23 @@ def _operator_commands(sub: Any) -> None:
     p.add_argument("agent_id", metavar="AGENT_ID")
 
 
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an amount >= 0")
-    return value
+def _finite_at_least_zero(what: str) -> Any:
+    """An argparse type: a finite number >= 0, else a one-line error saying it is not ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {what}")
+        return value
+
+    return parse
+
+
+_amount = _finite_at_least_zero("an amount >= 0")
+_seconds = _finite_at_least_zero("a number of seconds >= 0")
 
 
 def _count(text: str) -> int:
@@ -367,16 +376,6 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
     return value
 
 

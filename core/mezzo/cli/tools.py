@@ -113,7 +113,17 @@ def task(args: argparse.Namespace, api: OperatorClient) -> int:
         if value is not None and value != "":
             print(f"{name + ':':<{width + 1}} {value}")
     print()
-    print(table(["STATE", "AT"], [[s["state"], when(s.get("timestamp"))] for s in t.get("statuses", [])]))
+    history = [
+        [
+            s["state"],
+            when(s.get("timestamp")),
+            s.get("source") or None,
+            s.get("reason") or None,
+            s.get("message") or None,
+        ]
+        for s in t.get("statuses", [])
+    ]
+    print(table(["STATE", "AT", "SOURCE", "REASON", "MESSAGE"], history))
     return 0
 
 

@@ -426,11 +426,20 @@ def _task(master: Master, t: TaskRecord | EndedTask) -> dict[str, Any]:
         role = framework.info.role if framework is not None else "*"
     return {
         **task_body(t, role),
-        "statuses": [{"state": state_name(s), "timestamp": when} for s, when in t.statuses],
+        "statuses": [
+            {
+                "state": state_name(s),
+                "timestamp": when,
+                "reason": reason,
+                "message": message,
+                "source": source,
+            }
+            for s, when, reason, message, source in t.statuses
+        ],
         "message": t.message,
         "reason": t.reason,
         "exit_code": t.exit_code,
-        "start_time": next((when for s, when in t.statuses if s == TaskState.TASK_RUNNING), None),
+        "start_time": next((s[1] for s in t.statuses if s[0] == TaskState.TASK_RUNNING), None),
         "end_time": t.statuses[-1][1] if is_terminal(t.state) else None,
         "hostname": agent.info.hostname if agent is not None else "",
         "sandbox": f"/frameworks/{t.framework_id}/executors/{t.executor_id or t.id}/runs/latest",

@@ -205,23 +205,26 @@ class TaskRecord:
     held: Any = None
     """Its :class:`~mezzo.hookspecs.HeldTask` for revocation policies, made the first
     time it is offered to one and kept (what it says never changes)."""
-    statuses: list[tuple[int, float]] = field(default_factory=list)
-    """Each state it was in and since when (Unix time), oldest first, at most
-    :data:`STATUSES_KEPT` (the first and the latest ones always)."""
+    statuses: list[StatusEntry] = field(default_factory=list)
+    """Each state it was in, since when (Unix time), and the reason, message and source
+    (``executor``, ``agent``, ``master``) of the update that put it there; oldest first,
+    at most :data:`STATUSES_KEPT` (the first and the latest ones always)."""
     exit_code: int | None = None
     """Its command's exit status, once an update reported one."""
 
     def __post_init__(self) -> None:
         if not self.statuses:
-            self.statuses.append((self.state, self.launched_at))
+            self.statuses.append((self.state, self.launched_at, "", "", "master"))
 
-    def moved_to(self, state: int, when: float) -> None:
-        """Record that the task is in ``state`` from ``when`` on (a repeat of its
-        current state is not a new status)."""
+    def moved_to(
+        self, state: int, when: float, reason: str = "", message: str = "", source: str = ""
+    ) -> None:
+        """Record that the task is in ``state`` from ``when`` on, and why (a repeat of
+        its current state is not a new status)."""
         if self.statuses[-1][0] != state:
             if len(self.statuses) >= STATUSES_KEPT:
                 del self.statuses[1]  # the first (when it was launched) stays
-            self.statuses.append((state, when))
+            self.statuses.append((state, when, reason, message[:STATUS_MESSAGE_MAX], source))
 
     def ended(self, role: str) -> EndedTask:
         """What the framework's history keeps of it once it ended (of its ``role``)."""
@@ -263,6 +266,10 @@ ENDED_MESSAGE_MAX = 1024
 """Characters of an ended task's last message its history keeps: a peer's message
 may be megabytes, and the history holds a thousand tasks per framework."""
 
+StatusEntry = tuple[int, float, str, str, str]
+"""One state a task was in: ``(state, since, reason, message, source)``."""
+STATUS_MESSAGE_MAX = 200
+"""Characters of each status's message a task's record keeps."""
 STATUSES_KEPT = 16
 """States a task's record remembers (a task that goes back and forth between two
 states keeps its first and its latest ones)."""
@@ -283,7 +290,7 @@ class EndedTask:
     reason: str
     message: str
     resources: Resources
-    statuses: list[tuple[int, float]]
+    statuses: list[StatusEntry]
     labels: dict[str, str]
     role: str
     updated_at: float

@@ -40,7 +40,7 @@ from ..wire.ttypes import ExecutorInfo, Filters, TaskState, TaskStatus
 from . import long_tasks
 from .events import EventStream
 from .offers import OfferBook
-from .records import AgentRecord, EndedFramework, FrameworkRecord, OfferRecord, TaskRecord
+from .records import AgentRecord, EndedFramework, FrameworkRecord, OfferRecord, StatusEntry, TaskRecord
 from .refusals import RefuseFilters
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ class ClusterState:
         self.release_task(task, agent)
         task.state, task.reason, task.message = state, reason, message
         task.updated_at = time.time()
-        task.moved_to(state, task.updated_at)
+        task.moved_to(state, task.updated_at, reason, message, "master")
         self.events.task_updated(task, self.frameworks.get(task.framework_id))
         self.task_ended(task)
 
@@ -408,7 +408,7 @@ def _no_allocation(*, prompt: bool = False) -> None:
     return None
 
 
-def ran_for(statuses: list[tuple[int, float]]) -> float | None:
+def ran_for(statuses: list[StatusEntry]) -> float | None:
     """Seconds from a task's first TASK_RUNNING to its last status (None if it never ran)."""
-    started = next((when for state, when in statuses if state == TaskState.TASK_RUNNING), None)
+    started = next((s[1] for s in statuses if s[0] == TaskState.TASK_RUNNING), None)
     return round(statuses[-1][1] - started, 3) if started is not None else None

@@ -192,7 +192,7 @@ class TaskLifecycle:
             if status.exit_code is not None:
                 task.exit_code = status.exit_code
             task.updated_at = time.time()
-            task.moved_to(status.state, task.updated_at)
+            task.moved_to(status.state, task.updated_at, task.reason, task.message, status.source or "")
             state.events.task_updated(task, record, status)
             if is_terminal(status.state):
                 state.release_task(task, agent)
