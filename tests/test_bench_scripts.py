@@ -157,3 +157,11 @@ def test_http_polling_at_a_toy_size_polls_every_endpoint_and_reads_a_sandbox():
     # The three verdicts.
     assert "extra delay polled / quiet" in out and "`/metrics` median" in out
     assert "`/files/read` through the master" in out
+
+
+def test_cli_latency_at_a_toy_size_times_every_command_and_judges_them():
+    out = run_bench("cli_latency.py", "--runs", "2", "--no-write")
+    for command in ("python -c pass", "mezzo --version", "mezzo ps", "mezzo run -- true"):
+        assert f"| `{command}` |" in out
+    assert out.count("`mezzo run -- true` median <= 40 ms") == 1  # judged, met or missed
+    assert "Import of `mezzo.cli.main`" in out

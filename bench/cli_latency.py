@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""How long the ``mezzo`` command takes, as a user at a shell feels it (issue 17).
+
+On a warm local cluster (a master and one agent of 16 cpus, real processes on
+loopback, plaintext), each command is run as a whole process, start to exit, many
+times, interleaved with the baselines it cannot beat on this machine: a bare Python
+start-up (``python -c pass``) and ``python -c "import asyncio"``. Printed and written
+to ``docs/benchmarks.md``: median and p95 of each, and what the import of the CLI
+costs (``-X importtime``, the slowest top-level packages).
+
+Targets (issue 17): ``mezzo run --cpus 0.1 --mem 16 -- true`` median at most 40 ms and
+p95 at most 80 ms over 100 runs; ``mezzo --version`` and ``mezzo ps`` at most 50 ms median.
+
+Usage::
+
+    python bench/cli_latency.py                # 100 runs of each
+    python bench/cli_latency.py --runs 10 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from _cluster import machine
+from _report import write_section
+from mezzo.testing import LocalProcessCluster
+
+TARGETS = {"mezzo run -- true": (0.040, 0.080), "mezzo --version": (0.050, None), "mezzo ps": (0.050, None)}
+"""Median and p95 (None: none) each command must stay under, in seconds."""
+
+
+def commands(master: str) -> dict[str, list[str]]:
+    py = sys.executable
+    return {
+        "python -c pass": [py, "-c", "pass"],
+        'python -c "import asyncio"': [py, "-c", "import asyncio"],
+        "mezzo --version": [py, "-m", "mezzo", "--version"],
+        "mezzo ps": [py, "-m", "mezzo", "ps", "--master", master],
+        "mezzo run -- true": [
+            py,
+            "-m",
+            "mezzo",
+            "run",
+            "--master",
+            master,
+            "--cpus",
+            "0.1",
+            "--mem",
+            "16",
+            "--",
+            "true",
+        ],
+    }
+
+
+def timed(argv: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[3:] or argv} exited {done.returncode}: {done.stderr.decode()[-400:]}")
+    return took
+
+
+def import_costs(top: int = 8) -> list[tuple[str, float]]:
+    """The packages and first-level modules whose import (cumulative) takes longest when
+    ``mezzo.cli.main`` is imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import mezzo.cli.main"], capture_output=True, text=True
+    )
+    costs: dict[str, float] = {}
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
+        if cumulative.isdigit() and name.count(".") <= 1:
+            costs[name] = max(costs.get(name, 0.0), int(cumulative) / 1e6)
+    return sorted(costs.items(), key=lambda item: -item[1])[:top]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=100, help="runs of each command (default 100)")
+    p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
+        with LocalProcessCluster(
+            1, directory=tmp, agent_resources="cpus:16;mem:16384", master={"allocation_interval": 0.01}
+        ) as cluster:
+            ways = commands(cluster.master)
+            for argv_ in ways.values():
+                timed(argv_)  # warm: page cache, the master's first framework
+            took: dict[str, list[float]] = {name: [] for name in ways}
+            for i in range(args.runs):
+                for name, argv_ in ways.items():  # interleaved: the machine's drift hits all alike
+                    took[name].append(timed(argv_))
+                if (i + 1) % 25 == 0:
+                    print(f"{i + 1} runs", flush=True)
+    imports = import_costs()
+    rows, verdicts = [], []
+    for name, values in took.items():
+        median, p95 = statistics.median(values), percentile(values, 0.95)
+        rows.append(
+            f"| `{name}` | {median * 1000:.1f} ms | {p95 * 1000:.1f} ms | {min(values) * 1000:.1f} ms |"
+        )
+        if name in TARGETS:
+            want_median, want_p95 = TARGETS[name]
+            ok = median <= want_median and (want_p95 is None or p95 <= want_p95)
+            goal = f"median <= {want_median * 1000:g} ms" + (
+                f", p95 <= {want_p95 * 1000:g} ms" if want_p95 else ""
+            )
+            verdicts.append(
+                f"- {'met' if ok else '**missed**'}: `{name}` {goal} ({median * 1000:.1f} / {p95 * 1000:.1f} ms)"
+            )
+    lines = [
+        f"Machine: {machine()}. Command: `python bench/cli_latency.py`. A warm local cluster (a master "
+        f"and one agent of 16 cpus, plaintext, on loopback); each command run as a whole process, start "
+        f"to exit, {args.runs} times, all interleaved.",
+        "",
+        "| command | median | p95 | least |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        *verdicts,
+        "",
+        "Import of `mezzo.cli.main` (`-X importtime`, cumulative): "
+        + ", ".join(f"`{name}` {seconds * 1000:.1f} ms" for name, seconds in imports)
+        + ".",
+    ]
+    print("\n".join(lines))
+    if not args.no_write:
+        write_section("## How long the command line takes (bench/cli_latency.py)", lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
