@@ -54,6 +54,8 @@ class OperatorClient:
         self._context: ssl.SSLContext | None = client.context if client is not None else None
         self._address: tuple[str, int] | None = None
         self._conn: http.client.HTTPConnection | None = None
+        self._used = False
+        """A request went over ``_conn`` already (the master may have closed it since)."""
 
     def __enter__(self) -> OperatorClient:
         return self
@@ -65,6 +67,7 @@ class OperatorClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._used = False
 
     # -- requests ---------------------------------------------------------------------
 
@@ -110,10 +113,23 @@ class OperatorClient:
     def _exchange(
         self, method: str, target: str, body: str | None, headers: dict[str, str]
     ) -> tuple[int, str | None, bytes]:
+        if method != "GET" and self._used:
+            self.close()  # never send a change down a kept-alive connection the master may have closed
+        reused = self._used
         conn = self._connection()
+        self._used = True
         try:
-            conn.request(method, target, body=body, headers=headers)
-            response = conn.getresponse()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                response = conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if not reused:
+                    raise
+                # The master closes idle keep-alive connections: ask again on a new one.
+                self.close()
+                conn = self._connection()
+                conn.request(method, target, body=body, headers=headers)
+                response = conn.getresponse()
             answer = response.read(ANSWER_MAX_BYTES + 1)
         except ConnectionRefusedError:
             self.close()
