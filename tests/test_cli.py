@@ -257,3 +257,11 @@ def test_run_says_what_it_waits_for_and_gives_up_when_the_master_is_gone(make_cl
     # The default window: 10 s after the master was lost (not a redial for ever).
     assert hog.returncode == 1 and "gave up: the master was gone for 10 s" in err
     assert time.monotonic() - started < 30
+
+
+def test_run_registers_anyway_when_the_masters_http_api_is_off(make_cluster):
+    cluster = make_cluster(1, master={"allocation_interval": 0.01, "http": {"enabled": False}})
+    r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "echo", "hi", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "hi\n"
+    assert "cannot ask the master whether an agent fits" in r.stderr and "registering anyway" in r.stderr

@@ -43,6 +43,11 @@ class ApiError(RequestFailed):
         self.status = status
 
 
+class NoHttpAnswer(MasterUnreachable):
+    """The peer took the connection but gave no HTTP answer: not an HTTP server, or a mezzo
+    master whose HTTP API is off (``[master.http] enabled = false``)."""
+
+
 class OperatorClient:
     """One master's HTTP API; see the module docstring. Not thread-safe; :meth:`close`
     (or ``with``) when done."""
@@ -73,12 +78,27 @@ class OperatorClient:
 
     def get(self, endpoint: str, /, **params: Any) -> Any:
         """``GET endpoint?params`` (None values left out): the parsed JSON answer."""
-        return json.loads(self.request("GET", endpoint, params))
+        return self._json(self.request("GET", endpoint, params))
 
     def post(self, endpoint: str, /, **form: Any) -> Any:
         """``POST endpoint`` with ``form`` URL-encoded: the parsed JSON answer (or None if empty)."""
         body = self.request("POST", endpoint, form)
-        return json.loads(body) if body.strip() else None
+        return self._json(body) if body.strip() else None
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` of the master asked: the leader a ``zk://`` address or a standby's
+        redirect led to."""
+        host, port = self._resolve()
+        return f"{host}:{port}"
+
+    def _json(self, body: bytes) -> Any:
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise MasterUnreachable(
+                f"{self._where()} answered something other than JSON: not a mezzo master?"
+            ) from None
 
     def read_file(self, agent_id: str, path: str, offset: int, length: int | None = None) -> dict[str, Any]:
         """A page of a sandbox file through the master: ``{"offset", "data", "length"}``
@@ -128,6 +148,7 @@ class OperatorClient:
                 # The master closes idle keep-alive connections: ask again on a new one.
                 self.close()
                 conn = self._connection()
+                self._used = True
                 conn.request(method, target, body=body, headers=headers)
                 response = conn.getresponse()
             answer = response.read(ANSWER_MAX_BYTES + 1)
@@ -147,7 +168,7 @@ class OperatorClient:
         except (http.client.HTTPException, ConnectionError) as exc:
             self.close()
             hint = "" if self._context is not None else "; if it listens with TLS, give [tls] settings"
-            raise MasterUnreachable(
+            raise NoHttpAnswer(
                 f"{self._where()} did not answer as a mezzo master's HTTP API ({type(exc).__name__}{hint})"
             ) from None
         except OSError as exc:

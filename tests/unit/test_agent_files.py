@@ -184,3 +184,8 @@ def test_a_character_cut_at_a_pages_end_is_left_for_the_next_page_and_length_cou
     assert files.read(name, 3, 3) == {"offset": 3, "data": "€", "length": 3}
     # A page too short for the character it starts: given as it is, so a reader moves on.
     assert files.read(name, 3, 2) == {"offset": 3, "data": "\ufffd", "length": 2}
+    # The end of a growing file holding only a character's first bytes: nothing new yet.
+    with open(path, "wb") as f:
+        f.write("a€".encode()[:3])
+    assert files.read(name, 1, 64) == {"offset": 1, "data": "", "length": 0}
+    assert files.read(name, 0, 64) == {"offset": 0, "data": "a", "length": 1}

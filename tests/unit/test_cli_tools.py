@@ -21,7 +21,8 @@ class FileApi:
         self.reads += 1
         if offset == -1:
             return {"offset": len(self.data), "data": "", "length": 0}
-        return page(offset, self.data[offset : offset + (length or tools.PAGE)])
+        asked = length or tools.PAGE
+        return page(offset, self.data[offset : offset + asked], asked)
 
 
 def tail(data: bytes, lines: int) -> bytes:
@@ -62,3 +63,12 @@ def test_tables_and_durations() -> None:
         "2h05m",
         "3d04h",
     ]
+
+
+def test_what_peers_named_cannot_rewrite_the_terminal() -> None:
+    from mezzo.cli.tables import number, shown
+
+    assert shown("task-1") == "task-1"
+    assert shown("evil\x1b[2J\nTASK_FAKE") == "evil\\x1b[2J\\nTASK_FAKE"
+    assert table(["ID"], [["a\rb"]]) == "ID\na\\rb"
+    assert [number(v) for v in (2.0, 0.5, 1048576.0, 1 / 3)] == ["2", "0.5", "1048576", "0.333333"]

@@ -8,7 +8,7 @@ import asyncio
 
 from mezzo.config import ConnectionsConfig
 from mezzo.http.link import HttpLink
-from mezzo.master.records import ENDED_MESSAGE_MAX, STATUS_MESSAGE_MAX, TaskRecord
+from mezzo.master.records import ENDED_MESSAGE_MAX, REASON_MAX, STATUS_MESSAGE_MAX, TaskRecord
 from mezzo.rpc.limits import ConnectionLimiter
 from mezzo.wire.ttypes import TaskInfo
 
@@ -132,3 +132,5 @@ def test_an_ended_tasks_history_keeps_a_bounded_message_and_its_own_statuses() -
     assert [s[0] for s in ended.statuses] == [task.statuses[0][0], 2]  # not changed after
     task.moved_to(4, 3.0, "reason_x", "y" * 10_000, "agent")
     assert task.statuses[-1] == (4, 3.0, "reason_x", "y" * STATUS_MESSAGE_MAX, "agent")  # bounded too
+    task.moved_to(5, 4.0, "r" * 10_000, "", "s" * 10_000)  # what a hostile executor may send
+    assert task.statuses[-1] == (5, 4.0, "r" * REASON_MAX, "", "s" * REASON_MAX)

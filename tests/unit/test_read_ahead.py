@@ -29,7 +29,7 @@ def test_pages_inside_a_fresh_piece_are_answered_as_the_agent_would() -> None:
     for offset, length in [(4096, -1), (4096 + 10, 5), (4096 + PIECE - READ_MAX, -1), (5000, 10**6)]:
         want = min(READ_MAX if length == -1 else length, READ_MAX)
         start = offset - 4096
-        assert ahead.page("a1", LINK, "/f", offset, length) == read_body(offset, DATA[start : start + want])
+        assert ahead.page("a1", LINK, "/f", offset, length) == read_body(offset, DATA[start : start + want], want)
     assert ahead.hits == 4 and ahead.misses == 1
 
 
@@ -82,6 +82,18 @@ def test_a_character_cut_at_a_page_edge_reads_as_the_agent_reads_it() -> None:
     text = "é" * 10  # two bytes each
     ahead.keep("a1", LINK, "/f", 0, text.encode())
     body = ahead.page("a1", LINK, "/f", 0, 3)
-    assert body == read_body(0, text.encode()[:3])
+    assert body == read_body(0, text.encode()[:3], 3)
     # The cut "é" is left for the next page, which starts where "length" says.
     assert json.loads(body or b"") == {"offset": 0, "data": "é", "length": 2}
+
+
+def test_only_a_reader_asking_for_the_page_after_its_last_is_worth_a_piece() -> None:
+    ahead = ReadAhead(clock=Clock())
+    assert not ahead.follows("a1", "/f", 0)  # a first page: one page from the agent
+    ahead.page("a1", LINK, "/f", 0, -1)
+    assert ahead.follows("a1", "/f", READ_MAX)  # the next one: read ahead
+    assert ahead.follows("a1", "/f", READ_MAX - 2)  # a page cut short at a character
+    assert not ahead.follows("a1", "/f", 0)  # the same page again
+    ahead.page("a1", LINK, "/f", 10 * READ_MAX, -1)
+    assert not ahead.follows("a1", "/f", 9 * READ_MAX)  # backwards (logs --tail)
+    assert not ahead.follows("a1", "/g", READ_MAX)  # another file

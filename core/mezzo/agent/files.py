@@ -154,7 +154,8 @@ class SandboxFiles:
         for the next page, and ``length`` (mezzo's) says how many bytes the page covers:
         the next page starts at ``offset + length`` (the text's own length differs where
         bytes were replaced)."""
-        return page(*self.read_bytes(path, offset, length))
+        at, data = self.read_bytes(path, offset, length)
+        return page(at, data, _length(length, READ_MAX))
 
     def read_bytes(
         self, path: str, offset: int = 0, length: int | None = None, *, cap: int = READ_MAX
@@ -393,7 +394,7 @@ def answer(files: SandboxFiles, operation: str, path: str, offset: int, length: 
         if operation == "browse":
             return 200, _json(files.browse(path))
         if operation == "read":
-            return 200, read_body(*files.read_bytes(path, offset, None if length < 0 else length))
+            return 200, _json(files.read(path, offset, None if length < 0 else length))
         if operation == "download":
             if offset < 0:
                 raise BadRequest(f"{offset} is not a byte offset", "offset")
@@ -406,21 +407,22 @@ def answer(files: SandboxFiles, operation: str, path: str, offset: int, length: 
         return 500, _json({"error": f"reading {path[:200]!r} failed: {exc.strerror or exc}", "status": 500})
 
 
-def page(offset: int, data: bytes) -> dict[str, Any]:
-    """A ``read`` answer for ``data`` read at ``offset`` (see :meth:`SandboxFiles.read`):
-    ``{"offset", "data", "length"}``, a UTF-8 character cut at the end left out (unless
-    it is all the page holds: a reader asking for fewer bytes than a character still
-    moves on)."""
+def page(offset: int, data: bytes, asked: int) -> dict[str, Any]:
+    """A ``read`` answer for ``data`` read at ``offset`` for a page of ``asked`` bytes (see
+    :meth:`SandboxFiles.read`): ``{"offset", "data", "length"}``, a UTF-8 character cut at
+    the end left out for the next read; also at the end of a growing file, where only its
+    first bytes are written yet (``length`` 0: nothing new). Only a page too short to hold
+    the character it starts keeps it (as U+FFFD), so that such a reader still moves on."""
     cut = _cut_character(data)
-    if cut < len(data):
+    if cut and (cut < len(data) or len(data) < asked):
         data = data[: len(data) - cut]
     return {"offset": offset, "data": data.decode("utf-8", errors="replace"), "length": len(data)}
 
 
-def read_body(offset: int, data: bytes) -> bytes:
+def read_body(offset: int, data: bytes, asked: int) -> bytes:
     """:func:`page` as the JSON body the API sends. The master builds the same from the
     pieces it reads ahead (:mod:`mezzo.master.read_ahead`)."""
-    return _json(page(offset, data))
+    return _json(page(offset, data, asked))
 
 
 def _cut_character(data: bytes) -> int:

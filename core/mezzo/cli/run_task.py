@@ -26,9 +26,9 @@ from typing import Any
 import mezzo
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo, TaskState
 from mezzo.config import TlsConfig
-from mezzo.errors import RequestFailed
+from mezzo.errors import NotAllowed, RequestFailed
 
-from ..operator_client import OperatorClient
+from ..operator_client import NoHttpAnswer, OperatorClient
 from . import tools
 from .tables import number
 
@@ -63,6 +63,7 @@ class _OneTask(mezzo.Scheduler):
 
     def registered(self, driver, framework_id, master) -> None:
         self.framework_id = framework_id
+        self.lost_since = None
         _say(f"registered with {master} as framework {framework_id}")
 
     def reregistered(self, driver, framework_id, master) -> None:
@@ -140,10 +141,16 @@ def run_command(
     resources = Resources(cpus=cpus, mem=mem)
     api = OperatorClient(master, timeout=5.0, tls=tls)
     try:
-        overview = api.get("/overview")
-        _check_fits(resources, overview)
+        try:
+            _check_fits(resources, api.get("/overview"))
+            if not master.strip().startswith("zk://"):
+                master = api.address  # the leader, when a standby was named
+        except (NotAllowed, NoHttpAnswer) as exc:
+            # Not allowed to look, or the master's HTTP API is off: the run itself may be.
+            _say(f"cannot ask the master whether an agent fits ({exc}); registering anyway")
         scheduler = _OneTask(argv, resources, name)
         driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master, tls=tls)
+        scheduler.lost_since = time.monotonic()  # until registered: no master yet either
         driver.start()
         try:
             status = _wait(scheduler, api, timeout, lost_master_after)
@@ -185,6 +192,9 @@ def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_
             _say(f"gave up after {timeout:g} s" + (f" ({said})" if said else ""))
             return EXIT_TIMEOUT
         if scheduler.lost_since is not None and now - scheduler.lost_since >= lost_master_after:
+            if scheduler.framework_id is None:
+                _say(f"gave up: no master registered this framework within {lost_master_after:g} s")
+                return EXIT_NOT_RUN
             where = (
                 f"; the task may still run: mezzo task {scheduler.launched.task_id}"
                 if scheduler.launched
@@ -230,18 +240,22 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
         sys.stdout.write(carried.decode("utf-8", "replace"))
         return
     sandbox = f"/frameworks/{scheduler.framework_id}/executors/{task.task_id}/runs/latest"
+    out = _Counted(sys.stdout)
     try:
         size = api.read_file(task.agent_id, f"{sandbox}/stdout", -1)["offset"]
         if size > len(carried):  # the status carries only the last 64 KiB
-            tools.copy_file(api, task.agent_id, f"{sandbox}/stdout", 0, sys.stdout)
+            tools.copy_file(api, task.agent_id, f"{sandbox}/stdout", 0, out, until=size)
         else:
-            sys.stdout.write(carried.decode("utf-8", "replace"))
-        sys.stdout.flush()
+            out.write(carried.decode("utf-8", "replace"))
+        out.flush()
     except RequestFailed as exc:
-        sys.stdout.write(carried.decode("utf-8", "replace"))
-        sys.stdout.flush()
-        if len(carried) >= 64 * 1024:
-            _say(f"stdout shown from its last 64 KiB only: the whole file could not be read ({exc})")
+        if out.written:  # never the start of it and then its end again
+            _say(f"stdout cut short: reading it through the master failed ({exc})")
+        else:
+            out.write(carried.decode("utf-8", "replace"))
+            out.flush()
+            if len(carried) >= 64 * 1024:
+                _say(f"stdout shown from its last 64 KiB only: the whole file could not be read ({exc})")
     if status is not None and status.state != TaskState.TASK_FINISHED:
         try:
             size = api.read_file(task.agent_id, f"{sandbox}/stderr", -1)["offset"]
@@ -252,3 +266,18 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
         except RequestFailed:
             pass
         _say(f"sandbox: {sandbox} on agent {task.agent_id} (mezzo logs --stderr {task.task_id})")
+
+
+class _Counted:
+    """A text stream that counts the characters written to it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.written = 0
+
+    def write(self, text: str) -> None:
+        self._stream.write(text)
+        self.written += len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()

@@ -7,9 +7,20 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def shown(value: Any) -> str:
+    """``value`` as text safe for a terminal: ids, messages and names come from peers (an
+    executor's status message, a scheduler's framework name), and an escape sequence or a
+    line feed among them must not rewrite the operator's screen or forge a row."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """``rows`` under ``headers``, columns left-aligned and two spaces apart; None shows as ``-``."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    """``rows`` under ``headers``, columns left-aligned and two spaces apart; None shows as
+    ``-``; every cell :func:`shown`."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else shown(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -44,7 +55,7 @@ def when(timestamp: float | None) -> str | None:
 def number(value: Any) -> str:
     """``2``, ``0.5``, ``1024``: a resource amount without a trailing ``.0``."""
     if isinstance(value, float):
-        return f"{value:g}"
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
     return str(value)
 
 

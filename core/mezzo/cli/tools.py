@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import RequestFailed
 from ..operator_client import ApiError, OperatorClient
-from .tables import duration, number, resources, table, when
+from .tables import duration, number, resources, shown, table, when
 
 FOLLOW_POLL_SECONDS = 0.5
 """How often ``logs -f`` asks for more output when there was none."""
@@ -111,7 +111,7 @@ def task(args: argparse.Namespace, api: OperatorClient) -> int:
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         if value is not None and value != "":
-            print(f"{name + ':':<{width + 1}} {value}")
+            print(f"{name + ':':<{width + 1}} {shown(value)}")
     print()
     history = [
         [
@@ -160,8 +160,11 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
     size = api.read_file(agent, path, -1)["offset"]
     offset = 0 if args.tail is None else tail_start(api, agent, path, size, args.tail)
     out = sys.stdout
+    if not args.follow:
+        copy_file(api, agent, path, offset, out, until=size)
+        return 0
     offset = copy_file(api, agent, path, offset, out)
-    if not args.follow or t.get("end_time"):
+    if t.get("end_time"):
         return 0
     checked = time.monotonic()
     while True:
@@ -180,16 +183,20 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
         time.sleep(FOLLOW_POLL_SECONDS)
 
 
-def copy_file(api: OperatorClient, agent: str, path: str, offset: int, out: Any) -> int:
-    """Write a sandbox file from ``offset`` to its end now to ``out``; the offset reached."""
-    while True:
-        page = api.read_file(agent, path, offset, PAGE)
+def copy_file(
+    api: OperatorClient, agent: str, path: str, offset: int, out: Any, until: int | None = None
+) -> int:
+    """Write a sandbox file from ``offset`` to ``out``: to its end now, or to ``until`` (a
+    writer faster than the reader would otherwise keep it going); the offset reached."""
+    while until is None or offset < until:
+        page = api.read_file(agent, path, offset, PAGE if until is None else min(PAGE, until - offset))
         covered = page.get("length", len(page["data"].encode()))
         if not covered:
-            out.flush()
-            return offset
+            break
         out.write(page["data"])
         offset += covered
+    out.flush()
+    return offset
 
 
 def tail_start(api: OperatorClient, agent: str, path: str, size: int, lines: int) -> int:
@@ -312,7 +319,7 @@ def frameworks(args: argparse.Namespace, api: OperatorClient) -> int:
     for f in answer["frameworks"]:
         more = (f.get("why_pending") or [])[1:]
         if more and args.why:
-            print(f"\n{f['id']} ({f.get('name')}) also:")
+            print(f"\n{shown(f['id'])} ({shown(f.get('name'))}) also:")
             for reason in more:
-                print(f"  {reason['reason']}: {reason['message']}")
+                print(f"  {shown(reason['reason'])}: {shown(reason['message'])}")
     return 0

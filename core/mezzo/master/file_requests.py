@@ -114,14 +114,17 @@ class FileRequests:
             raise FilesUnavailable(503, f"agent {agent_id} is disconnected; its files cannot be read now")
         conn = agent.conn
         if operation == "read" and self.read_ahead.applies(offset, length):
+            sequential = self.read_ahead.follows(agent_id, path, offset)
             page = self.read_ahead.page(agent_id, conn, path, offset, length)
             if page is not None:
                 return 200, page
+            if not sequential:
+                return await self._send(state, agent_id, conn, operation, path, offset, length)
             status, piece = await self._send(state, agent_id, conn, "download", path, offset, PIECE)
             if status != 200:
                 return status, piece
             self.read_ahead.keep(agent_id, conn, path, offset, piece)
-            return 200, read_body(offset, piece[: page_length(length)])
+            return 200, read_body(offset, piece[: page_length(length)], page_length(length))
         return await self._send(state, agent_id, conn, operation, path, offset, length)
 
     async def _send(

@@ -5,7 +5,8 @@ it in pages of at most 64 KiB (Mesos' cap on ``/files/read``). Asked of the agen
 one, every page is a Thrift round trip over the agent's link and an open of the file
 there, which caps a sequential reader at half of what the agent's own port serves. So
 the master fetches a bigger *piece* of the file (``download``, :data:`PIECE` bytes from
-the page's offset) and answers the following pages from it while it is fresh.
+the page's offset) once a reader asks for the page after the one it asked before, and
+answers the following pages from it while it is fresh.
 
 Freshness: a page is served from a piece only when it lies wholly inside it and the piece
 is younger than :data:`TTL` (1 s). A page reaching past a piece's end (the tail of a
@@ -35,6 +36,8 @@ PIECES = 32
 """Pieces held at most (32 MiB)."""
 TTL = 1.0
 """Seconds a piece answers pages after it was fetched."""
+READERS = 1024
+"""Files whose last page asked is remembered (to tell a sequential reader)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class ReadAhead:
         self.ttl = ttl
         self._clock = clock
         self._held: OrderedDict[tuple[str, str], _Piece] = OrderedDict()
+        self._last: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        """The last page asked of each file (offset, length), at most :data:`READERS`."""
         self.hits = 0
         self.misses = 0
 
@@ -80,12 +85,23 @@ class ReadAhead:
             and (length == -1 or length > 0)
         )
 
+    def follows(self, agent_id: str, path: str, offset: int) -> bool:
+        """Whether a page at ``offset`` continues the last page asked of this file (a
+        sequential reader): only then is a piece worth fetching. A single page, a reader
+        going backwards (``logs --tail``) or jumping about costs the agent a page, not a MiB."""
+        last = self._last.get((agent_id, path))
+        return last is not None and last[0] < offset <= last[0] + last[1]
+
     def page(self, agent_id: str, conn: Any, path: str, offset: int, length: int) -> bytes | None:
         """The JSON answer (as the agent's ``read`` gives it) for ``length`` bytes (-1: the
         default page) of ``path`` at ``offset``, if a fresh piece holds them all; else None
         (fetch a piece from ``offset`` and :meth:`keep` it)."""
         length = page_length(length)
         key = (agent_id, path)
+        self._last.pop(key, None)
+        self._last[key] = (offset, length)
+        if len(self._last) > READERS:
+            self._last.popitem(last=False)
         piece = self._held.get(key)
         if piece is not None and self._clock() - piece.fetched > self.ttl:
             del self._held[key]
@@ -96,7 +112,7 @@ class ReadAhead:
         self.hits += 1
         self._held.move_to_end(key)
         start = offset - piece.offset
-        return read_body(offset, piece.data[start : start + length])
+        return read_body(offset, piece.data[start : start + length], length)
 
     def keep(self, agent_id: str, conn: Any, path: str, offset: int, data: bytes) -> None:
         """Hold ``data``, fetched from the agent on ``conn``, as ``path``'s bytes at ``offset``."""

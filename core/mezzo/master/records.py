@@ -224,7 +224,9 @@ class TaskRecord:
         if self.statuses[-1][0] != state:
             if len(self.statuses) >= STATUSES_KEPT:
                 del self.statuses[1]  # the first (when it was launched) stays
-            self.statuses.append((state, when, reason, message[:STATUS_MESSAGE_MAX], source))
+            self.statuses.append(
+                (state, when, reason[:REASON_MAX], message[:STATUS_MESSAGE_MAX], source[:REASON_MAX])
+            )
 
     def ended(self, role: str) -> EndedTask:
         """What the framework's history keeps of it once it ended (of its ``role``)."""
@@ -270,6 +272,9 @@ StatusEntry = tuple[int, float, str, str, str]
 """One state a task was in: ``(state, since, reason, message, source)``."""
 STATUS_MESSAGE_MAX = 200
 """Characters of each status's message a task's record keeps."""
+REASON_MAX = 100
+"""Characters of a status's reason (and source) kept: they are names (``reason_command_
+executor_failed``, ``agent_drained``), but a peer may send anything."""
 STATUSES_KEPT = 16
 """States a task's record remembers (a task that goes back and forth between two
 states keeps its first and its latest ones)."""

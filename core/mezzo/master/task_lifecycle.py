@@ -23,7 +23,7 @@ from ..resources import Resources
 from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
 from . import launch as launch_rules
 from .audit import refused
-from .records import AgentRecord, FrameworkRecord, TaskRecord
+from .records import REASON_MAX, AgentRecord, FrameworkRecord, TaskRecord
 from .registry import REFUSE
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class TaskLifecycle:
         if task is not None and isinstance(status.state, int):
             task.state = status.state
             task.message = status.message or ""
-            task.reason = status.reason or ""
+            task.reason = (status.reason or "")[:REASON_MAX]
             if status.exit_code is not None:
                 task.exit_code = status.exit_code
             task.updated_at = time.time()
