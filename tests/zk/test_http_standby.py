@@ -24,8 +24,15 @@ def test_a_standby_redirects_every_call_but_health_to_the_leader(ha_cluster) -> 
     (standby,) = [name for name in cluster.master_ports if name != leader]
     standby_port = cluster.master_ports[standby]
     leader_address = f"127.0.0.1:{cluster.master_ports[leader]}"
-    # A standby learns who leads from ZooKeeper a moment after the election: 503 until then.
-    wait_for(lambda: ask(standby_port, "/redirect")[0] == 307, 10, "the standby to know the leader")
+    # A standby learns who leads from ZooKeeper a moment after the election: 503 until then
+    # (and the cluster is up once one master leads: the other may not listen yet).
+    def redirects() -> bool:
+        try:
+            return ask(standby_port, "/redirect")[0] == 307
+        except ConnectionRefusedError:
+            return False
+
+    wait_for(redirects, 10, "the standby to know the leader")
 
     status, headers = ask(standby_port, "/master/metrics/snapshot?x=1")
     assert status == 307 and headers["Location"] == f"//{leader_address}/master/metrics/snapshot?x=1"
