@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="give up (exit 1) when the master is gone this long; the task may run on (default 10)",
+        help="give up (exit 1) when the master is gone this long (or no master registers the run); "
+        "the task may run on; 0 = wait for ever (default 10)",
     )
     p.add_argument(
         "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments"

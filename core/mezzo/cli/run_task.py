@@ -182,7 +182,8 @@ def _check_fits(resources: Resources, overview: dict[str, Any]) -> None:
 
 def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_after: float) -> int | None:
     """Until the task ends (None), or an exit status to give up with: the timeout, or the
-    master gone for ``lost_master_after`` s. Says why nothing is launched while it waits."""
+    master gone for ``lost_master_after`` s (0: wait for it for ever). Says why nothing is
+    launched while it waits."""
     deadline = time.monotonic() + timeout if timeout > 0 else None
     said = ""
     next_report = time.monotonic() + WAITING_REPORT_SECONDS
@@ -191,7 +192,8 @@ def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_
         if deadline is not None and now >= deadline:
             _say(f"gave up after {timeout:g} s" + (f" ({said})" if said else ""))
             return EXIT_TIMEOUT
-        if scheduler.lost_since is not None and now - scheduler.lost_since >= lost_master_after:
+        lost = scheduler.lost_since
+        if lost is not None and lost_master_after > 0 and now - lost >= lost_master_after:
             if scheduler.framework_id is None:
                 _say(f"gave up: no master registered this framework within {lost_master_after:g} s")
                 return EXIT_NOT_RUN
