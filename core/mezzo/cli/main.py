@@ -259,6 +259,10 @@ def _operator_commands(sub: Any) -> None:
             "--json", action="store_true", help="print the master's JSON answer instead of a table"
         )
 
+    def task_arguments(p: argparse.ArgumentParser, framework_help: str) -> None:
+        p.add_argument("task_id", metavar="TASK_ID")
+        p.add_argument("--framework", metavar="FRAMEWORK_ID", help=framework_help)
+
     p = command(
         "ps",
         "list tasks (active ones; --all for ended ones too)",
@@ -287,8 +291,7 @@ def _operator_commands(sub: Any) -> None:
         "runs on, its resources, the times of each state it went through, and its sandbox "
         "(the path mezzo logs and /files/* read).",
     )
-    p.add_argument("task_id", metavar="TASK_ID")
-    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework, if ids repeat")
+    task_arguments(p, "the task's framework, if ids repeat")
     json_flag(p)
 
     p = command(
@@ -297,8 +300,7 @@ def _operator_commands(sub: Any) -> None:
         "Print a task's stdout or stderr through the master (no access to agents needed). "
         "With -f, keep printing what it writes until the task ends.",
     )
-    p.add_argument("task_id", metavar="TASK_ID")
-    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework, if ids repeat")
+    task_arguments(p, "the task's framework, if ids repeat")
     p.add_argument("-f", "--follow", action="store_true", help="follow the output until the task ends")
     p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines (then follow, with -f)")
@@ -309,8 +311,7 @@ def _operator_commands(sub: Any) -> None:
         "Kill a task as an operator: its executor is told to kill it (TASK_KILLED, reason "
         "killed_by_operator). The master's kill_tasks ACL decides who may.",
     )
-    p.add_argument("task_id", metavar="TASK_ID")
-    p.add_argument("--framework", metavar="FRAMEWORK_ID", help="the task's framework (found when omitted)")
+    task_arguments(p, "the task's framework (found when omitted)")
 
     p = command(
         "agents",
