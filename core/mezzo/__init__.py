@@ -13,72 +13,94 @@ Value types are the Thrift structs of ``thrift/mezzo.thrift`` (one definition of
 every message), plus :class:`Resources` with exact arithmetic.
 """
 
-from .hookspecs import hookimpl
-from .resources import InvalidResources, Resources
-from .wire.ttypes import (
-    AgentInfo,
-    CommandInfo,
-    ExecutorInfo,
-    Filters,
-    FrameworkFilters,
-    FrameworkInfo,
-    Offer,
-    Range,
-    TaskInfo,
-    TaskState,
-    TaskStatus,
-)
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
-TERMINAL_STATES = frozenset(
+TYPE_CHECKING = False
+"""typing.TYPE_CHECKING without importing typing (~5 ms of ``mezzo --version``); mypy
+takes any ``if TYPE_CHECKING:`` for true."""
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .config import TlsConfig
+    from .driver.executor import Executor, ExecutorDriver
+    from .driver.lifecycle import DriverError, DriverStatus
+    from .driver.scheduler import Scheduler, SchedulerDriver
+    from .hookspecs import hookimpl
+    from .resources import InvalidResources, Resources
+    from .task_states import TERMINAL_STATES, is_terminal, state_name
+    from .wire.ttypes import (
+        AgentInfo,
+        CommandInfo,
+        ExecutorInfo,
+        Filters,
+        FrameworkFilters,
+        FrameworkInfo,
+        Offer,
+        Range,
+        TaskInfo,
+        TaskState,
+        TaskStatus,
+    )
+
+
+def _lazy_exports(
+    namespace: dict[str, Any], homes: dict[str, tuple[str, ...]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` (PEP 562) for a package whose public names are
+    imported on first use: ``homes`` maps a module of the package (``"wire.ttypes"`` for
+    ``mezzo.wire.ttypes``) to the names it provides; a name once imported is kept in
+    ``namespace`` (the package's globals), so later look-ups do not come back here.
+    ``from package import name`` works through it too."""
+    where = {name: module for module, names in homes.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        # from .module import name; __import__ rather than importlib.import_module, whose
+        # imports ``python -X importtime`` leaves out (bench/cli_latency.py reports from it).
+        value = getattr(__import__(module, namespace, None, [name], 1), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *where})
+
+    return __getattr__, __dir__
+
+
+# Imported on first use, so that ``import mezzo`` costs next to nothing: up front, the
+# Thrift types, pluggy and hookspecs took 40 to 50 ms, over twice a bare Python start-up,
+# paid by every ``mezzo`` command, --version included, and by every plugin wanting one type.
+__getattr__, __dir__ = _lazy_exports(
+    globals(),
     {
-        TaskState.TASK_FINISHED,
-        TaskState.TASK_FAILED,
-        TaskState.TASK_KILLED,
-        TaskState.TASK_ERROR,
-        TaskState.TASK_DROPPED,
-        TaskState.TASK_LOST,
-        TaskState.TASK_GONE,
-    }
+        "config": ("TlsConfig",),
+        "driver.executor": ("Executor", "ExecutorDriver"),
+        "driver.lifecycle": ("DriverError", "DriverStatus"),
+        "driver.scheduler": ("Scheduler", "SchedulerDriver"),
+        "hookspecs": ("hookimpl",),
+        "resources": ("InvalidResources", "Resources"),
+        "task_states": ("TERMINAL_STATES", "is_terminal", "state_name"),
+        "wire.ttypes": (
+            "AgentInfo",
+            "CommandInfo",
+            "ExecutorInfo",
+            "Filters",
+            "FrameworkFilters",
+            "FrameworkInfo",
+            "Offer",
+            "Range",
+            "TaskInfo",
+            "TaskState",
+            "TaskStatus",
+        ),
+    },
 )
-"""States after which a task never changes again (TASK_UNREACHABLE may still recover)."""
-
-
-def is_terminal(state: int) -> bool:
-    """True for a state after which the task never runs again."""
-    return state in TERMINAL_STATES
-
-
-def state_name(state: int) -> str:
-    """``TASK_RUNNING`` for ``TaskState.TASK_RUNNING`` (also for a plain int off the wire)."""
-    try:
-        return TaskState(state).name
-    except ValueError:
-        return f"TASK_STATE_{state}"
-
-
-_LAZY_NAMES = {
-    "Scheduler": "mezzo.driver.scheduler",
-    "SchedulerDriver": "mezzo.driver.scheduler",
-    "Executor": "mezzo.driver.executor",
-    "ExecutorDriver": "mezzo.driver.executor",
-    "DriverStatus": "mezzo.driver.lifecycle",
-    "DriverError": "mezzo.driver.lifecycle",
-    "TlsConfig": "mezzo.config",
-}
-
-
-def __getattr__(name: str):
-    # Drivers import asyncio machinery; load them on first use so that plugins and
-    # tools importing mezzo for its types stay light.
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mezzo' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
-
 
 __all__ = [
     "AgentInfo",

@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .resources import InvalidResources, Resources
 
 if TYPE_CHECKING:
     from .acls import Acls
+    from .resources import Resources
 
 CONFIG_ENV = "MEZZO_CONFIG"
 
@@ -405,11 +405,33 @@ class TlsConfig:
 
 
 @dataclass
+class QueueConfig:
+    """``[queue]``: the batch queue (``mezzo queue``) and where ``mezzo submit``,
+    ``jobs`` and ``cancel`` find it."""
+
+    master: str = ""
+    """The master the queue registers with (HOST:PORT or zk://); empty: ``agent.master``."""
+    socket: str = ""
+    """The queue's unix socket; empty: ``$MEZZO_QUEUE``, else ``/run/mezzo/queue.sock``
+    for root, else ``$XDG_RUNTIME_DIR/mezzo-queue.sock``."""
+    state_dir: str = ""
+    """Where the job list is kept; empty: ``/var/lib/mezzo/queue`` for root, else
+    ``~/.local/state/mezzo/queue``."""
+    name: str = "mezzo-queue"
+    """The queue's framework name."""
+    role: str = "*"
+    """The queue's framework role (weights, guarantees and priorities are per role)."""
+    failover_timeout: float = 7 * 24 * 3600.0
+    """Seconds the master keeps the queue's tasks running while the queue is down."""
+
+
+@dataclass
 class Config:
     master: MasterConfig = field(default_factory=MasterConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     log: LogConfig = field(default_factory=LogConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
 
 
 # Component tables: the TOML table holding a component's settings, the dataclass
@@ -530,6 +552,10 @@ def parse_min_offer(text: str, key: str = "master.min_offer") -> Resources | Non
     Raises :class:`ConfigError` naming ``key`` when the text does not parse or names a
     range (a minimum is an amount; "ports:[31000-31009]" would ask for those very ports).
     """
+    # Imported here: Resources loads the Thrift types (~15 ms), which the commands that
+    # only read a configuration (mezzo ps, ...) have no use for.
+    from .resources import InvalidResources, Resources
+
     try:
         minimum = Resources.parse(text)
     except InvalidResources as exc:
@@ -613,6 +639,7 @@ _NESTED = {
     "AgentConfig": AgentConfig,
     "LogConfig": LogConfig,
     "TlsConfig": TlsConfig,
+    "QueueConfig": QueueConfig,
 }
 
 

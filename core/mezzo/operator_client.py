@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import TlsConfig
 from .errors import MasterUnreachable, MezzoError, NotAllowed, RequestFailed
+from .rpc.address import parse_address
 from .rpc.tls import client_tls_for
 
 ANSWER_MAX_BYTES = 1 << 30
@@ -224,8 +225,6 @@ def resolve_master(master: str, timeout: float) -> tuple[str, int]:
         from .state_client import leader_of
 
         return asyncio.run(leader_of(master, timeout))
-    from .rpc import parse_address
-
     try:
         return parse_address(master.strip(), 5050)
     except ValueError as exc:

@@ -383,10 +383,10 @@ def test_every_key_is_documented():
     import dataclasses
     from pathlib import Path
 
-    from mezzo.config import AgentConfig, LogConfig, MasterConfig, TlsConfig
+    from mezzo.config import AgentConfig, LogConfig, MasterConfig, QueueConfig, TlsConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     internal = {"settings", "offer_filter_settings", "isolator_settings", "allocator", "revocation_policy"}
-    missing = [f"{cls.__name__}.{f.name}" for cls in (MasterConfig, AgentConfig, LogConfig, TlsConfig)
+    missing = [f"{cls.__name__}.{f.name}" for cls in (MasterConfig, AgentConfig, LogConfig, TlsConfig, QueueConfig)
                for f in dataclasses.fields(cls) if f.name not in internal and f"| `{f.name}` |" not in docs]
     assert missing == []

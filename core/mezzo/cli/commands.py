@@ -1,25 +1,33 @@
-"""What each ``mezzo`` sub-command does; argument parsing lives in :mod:`.main`."""
+"""What each ``mezzo`` sub-command does; argument parsing lives in :mod:`.main`.
+
+Each command imports what it runs in its own body, not here: asyncio, structlog and
+pluggy, which the daemons need, took ~100 ms of start-up, and ``mezzo ps`` (:func:`tool`)
+should cost little more than a Python start-up (issue 17).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import signal
+import os
 from typing import Any
 
 from .. import config as config_mod
-from .. import event_loop
-from .. import log as log_mod
 from ..errors import ConfigError
-from ..plugins import load_plugins
 
 
 def _load(args: argparse.Namespace, overrides: dict[str, Any]) -> config_mod.Config:
+    """The configuration (``--config`` or ``$MEZZO_CONFIG``, then ``overrides``), with
+    logging set up from it and the log flags."""
     cfg = config_mod.load(args.config, overrides)
-    log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format, final=True)
+    _configure_logging(args, cfg)
     return cfg
+
+
+def _configure_logging(args: argparse.Namespace, cfg: config_mod.Config) -> None:
+    from .. import log as log_mod
+
+    log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format, final=True)
 
 
 def _attributes(spec: str | None) -> dict[str, str] | None:
@@ -46,12 +54,23 @@ def _agent_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _serve(*daemons: Any, loop: str = "asyncio") -> int:
+    """:func:`_serve_until_signal` on a new event loop of kind ``loop`` (:mod:`mezzo.event_loop`)."""
+    from .. import event_loop
+
+    return event_loop.run(_serve_until_signal(*daemons), loop)
+
+
 async def _serve_until_signal(*daemons: Any) -> int:
     """Start ``daemons`` in order, run until SIGINT/SIGTERM or until a daemon stops on
     its own (an agent the master refused), then stop them in reverse.
 
     Returns the exit status: 0 after a signal, 1 when a daemon stopped by itself.
     """
+    import asyncio
+    import contextlib
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -95,9 +114,9 @@ def master(args: argparse.Namespace) -> int:
         },
     )
     from ..master import Master
+    from ..plugins import load_plugins
 
-    daemon = Master(cfg.master, load_plugins(), tls=cfg.tls)
-    return event_loop.run(_serve_until_signal(daemon), cfg.master.event_loop)
+    return _serve(Master(cfg.master, load_plugins(), tls=cfg.tls), loop=cfg.master.event_loop)
 
 
 def agent(args: argparse.Namespace) -> int:
@@ -105,9 +124,9 @@ def agent(args: argparse.Namespace) -> int:
     overrides.update({"agent.master": args.master, "agent.listen": args.listen})
     cfg = _load(args, overrides)
     from ..agent import Agent
+    from ..plugins import load_plugins
 
-    daemon = Agent(cfg.agent, load_plugins(), tls=cfg.tls)
-    return asyncio.run(_serve_until_signal(daemon))
+    return _serve(Agent(cfg.agent, load_plugins(), tls=cfg.tls))
 
 
 def local(args: argparse.Namespace) -> int:
@@ -116,9 +135,10 @@ def local(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
     overrides.update({"master.listen": args.listen, "master.allocator.name": args.allocator})
     cfg = _load(args, overrides)
+    from ..plugins import load_plugins
     from .local_cluster import LocalCluster, throwaway_tls
 
-    agent_tls = None
+    agent_tls = queue_tls = None
     if not cfg.tls.enabled and not args.no_tls:
         # Before the plugins load and anything binds: a failure to write them is exit 2.
         try:
@@ -126,6 +146,7 @@ def local(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("agent.work_dir", f"cannot write certificates there: {exc}") from None
         print(f"mezzo local: TLS on, throw-away certificates; clients: MEZZO_CONFIG={client}", flush=True)
+        queue_tls = config_mod.load(client).tls  # the queue is a client: the operator's certificate
         if not cfg.master.acls.configured and cfg.master.acls.permissive is None:
             # Authentication on and the default deny: the principals it just made get
             # exactly what a one-person cluster needs, nobody else anything.
@@ -134,8 +155,22 @@ def local(args: argparse.Namespace) -> int:
             cfg.master.acls = parse(
                 single_tenant(agents=["agent"], operators=["operator"], frameworks=["operator"])
             )
-    cluster = LocalCluster(cfg, args.agents, load_plugins(), agent_tls=agent_tls)
-    return asyncio.run(_serve_until_signal(cluster))
+    queue = None
+    if args.queue:
+        from ..queue.client import default_socket
+        from .queue_commands import queue_settings
+
+        queue = queue_settings(cfg)
+        queue.socket = queue.socket or default_socket()
+        queue.state_dir = queue.state_dir or os.path.join(cfg.agent.work_dir, "queue")
+        print(
+            f"mezzo local: batch queue at {queue.socket} (mezzo submit, mezzo jobs)",
+            flush=True,
+        )
+    cluster = LocalCluster(
+        cfg, args.agents, load_plugins(), agent_tls=agent_tls, queue=queue, queue_tls=queue_tls
+    )
+    return _serve(cluster)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,8 +215,14 @@ def teardown(args: argparse.Namespace) -> int:
 
 
 def tool(args: argparse.Namespace) -> int:
-    """One of the operator's commands (:mod:`.tools`), against the master's HTTP API."""
-    cfg = _load(args, {"agent.master": args.master})
+    """One of the operator's commands (:mod:`.tools`), against the master's HTTP API.
+
+    Nothing it runs logs but the ZooKeeper client finding the leader of a ``zk://``
+    master, so logging is set up for that alone: structlog loads asyncio, 50 ms or more
+    of start-up."""
+    cfg = config_mod.load(args.config, {"agent.master": args.master})
+    if cfg.agent.master.strip().startswith("zk://"):
+        _configure_logging(args, cfg)
     from . import tools
 
     with tools.client(args, cfg) as api:
@@ -189,6 +230,8 @@ def tool(args: argparse.Namespace) -> int:
 
 
 def plugins(args: argparse.Namespace) -> int:
+    from ..plugins import load_plugins
+
     _load(args, {})
     rows = load_plugins().describe()
     if args.json:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -29,9 +30,18 @@ class LocalCluster:
     """Starts the master, then the agents; stops in reverse."""
 
     def __init__(
-        self, config: Config, agents: int, plugins: Plugins, *, agent_tls: TlsConfig | None = None
+        self,
+        config: Config,
+        agents: int,
+        plugins: Plugins,
+        *,
+        agent_tls: TlsConfig | None = None,
+        queue: Any = None,
+        queue_tls: TlsConfig | None = None,
     ) -> None:
-        """The master uses ``config.tls``, the agents ``agent_tls`` (default: the same)."""
+        """The master uses ``config.tls``, the agents ``agent_tls`` (default: the same).
+        With ``queue`` (:class:`~mezzo.queue.daemon.QueueSettings`) the batch queue runs
+        too, registered with this master, with ``queue_tls`` (default: ``config.tls``)."""
         from ..agent import Agent
         from ..master import Master
 
@@ -42,6 +52,9 @@ class LocalCluster:
         self._plugins = plugins
         self._count = agents
         self.agents: list = []
+        self._queue_settings = queue
+        self._queue_tls = queue_tls if queue_tls is not None else config.tls
+        self.queue: Any = None
 
     async def start(self) -> None:
         await self.master.start()
@@ -55,18 +68,27 @@ class LocalCluster:
             agent = self._agent_cls(cfg, self._plugins, tls=self._agent_tls)
             await agent.start()
             self.agents.append(agent)
+        if self._queue_settings is not None:
+            from ..queue.daemon import QueueDaemon
+
+            self._queue_settings.master = self.master.address
+            self.queue = QueueDaemon(self._queue_settings, tls=self._queue_tls)
+            await self.queue.start()
         log.info(
             "local cluster running",
             master=self.master.address,
             agents=len(self.agents),
             tls=self.master.tls is not None,
+            queue=self.queue.socket_path if self.queue is not None else None,
         )
 
     def daemons(self) -> list:
-        """The master and the agents, for callers watching them."""
-        return [self.master, *self.agents]
+        """The master, the agents and the queue, for callers watching them."""
+        return [self.master, *self.agents, *([self.queue] if self.queue is not None else [])]
 
     async def stop(self) -> None:
+        if self.queue is not None:
+            await self.queue.stop()
         for agent in reversed(self.agents):
             await agent.stop()
         await self.master.stop()

@@ -1,6 +1,7 @@
 """The ``mezzo`` command: ``master``, ``agent``, ``local``, ``run``, ``state``, ``teardown``,
-``plugins``, ``certs``, and the operator's ``ps``, ``task``, ``logs``, ``kill``, ``agents``,
-``frameworks``, ``drain``, ``undrain``.
+``plugins``, ``certs``, the operator's ``ps``, ``task``, ``logs``, ``kill``, ``agents``,
+``frameworks``, ``drain``, ``undrain``, and the batch queue's ``queue``, ``submit``,
+``jobs``, ``cancel`` (:mod:`.queue_commands`).
 
 Flags mean the same in every command (``--config``, ``--master``, ``--listen``,
 ...); a flag overrides the same key of the TOML file (``--config`` or
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, NoReturn
 
-from .. import __version__
+from .. import TYPE_CHECKING, __version__
 from ..errors import MezzoError, RequestFailed
-from . import commands
+from . import queue_commands
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 EPILOG = "Configuration: TOML via --config or $MEZZO_CONFIG; flags override it. Docs: docs/configuration.md"
 
@@ -40,6 +44,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+class _Deferred:
+    """A sub-command's parser until argparse first uses it, which it does only for the
+    command the line names: then the parser is made and ``define`` adds its arguments.
+    Making all 17 parsers and their ~140 arguments up front took 7 to 15 ms, a fifth to a
+    third of ``mezzo --version`` (each parser looks up the translations of its texts, each
+    argument the terminal's width)."""
+
+    def __init__(self, define: Callable[[_Parser], None], kwargs: dict[str, Any]) -> None:
+        self._define = define
+        self._kwargs = kwargs
+        self._parser: _Parser | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._parser is None:
+            self._parser = _Parser(**self._kwargs)
+            self._define(self._parser)
+        return getattr(self._parser, name)
+
+
+def _sub_parser(*, define: Callable[[_Parser], None] | None = None, **kwargs: Any) -> Any:
+    """The sub-commands' ``parser_class``: ``sub.add_parser(NAME, ..., define=f)`` lists NAME
+    and makes its parser (``f(parser)`` adding the arguments) only if it is used
+    (:class:`_Deferred`); without ``define``, the parser at once."""
+    return _Parser(**kwargs) if define is None else _Deferred(define, kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mezzo",
@@ -47,14 +77,87 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"mezzo {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser_class: Any = _sub_parser  # a factory, not a class: argparse only calls it
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=parser_class)
 
-    p = sub.add_parser(
+    sub.add_parser(
         "master",
         help="run a master",
         epilog=EPILOG,
         description="Run the master: tracks agents and frameworks, runs the allocator, sends offers.",
+        define=_master_arguments,
     )
+
+    sub.add_parser(
+        "agent",
+        help="run an agent",
+        epilog=EPILOG,
+        description="Run an agent: advertises this machine's resources and runs tasks in containers.",
+        define=_agent_arguments,
+    )
+
+    sub.add_parser(
+        "local",
+        help="run a master and N agents in one process",
+        epilog=EPILOG,
+        description="Run a whole cluster on this machine: a master and N agents on loopback.",
+        define=_local_arguments,
+    )
+
+    sub.add_parser(
+        "run",
+        help="run one command as a task",
+        epilog=EPILOG,
+        description="Run CMD as one task (like mesos-execute): shows its state changes and output "
+        "and exits with the task's exit status.",
+        define=_run_arguments,
+    )
+
+    sub.add_parser(
+        "state",
+        help="print the master's state as JSON",
+        epilog=EPILOG,
+        description="Print the master's state (agents, frameworks with allocations and dominant "
+        "shares, tasks, outstanding offers) as JSON.",
+        define=_state_arguments,
+    )
+
+    sub.add_parser(
+        "teardown",
+        help="end a framework: kill its tasks, refuse its id from then on",
+        epilog=EPILOG,
+        description="End a framework as if its scheduler had unregistered it: its tasks are killed, "
+        "its scheduler hears an error, and its id is refused from then on. The master's "
+        "teardown_frameworks ACL decides who may.",
+        define=_teardown_arguments,
+    )
+
+    _operator_commands(sub)
+    queue_commands.add_parsers(sub, _common, _amount, EPILOG)
+
+    sub.add_parser(
+        "plugins",
+        help="list installed plugins and their components",
+        epilog=EPILOG,
+        description="List installed mezzo plugins and the components (allocators, isolators, "
+        "offer filters) each registers.",
+        define=_plugins_arguments,
+    )
+
+    sub.add_parser(
+        "certs",
+        help="make a cluster's CA and TLS certificates",
+        epilog="Then point each process's [tls] table at its files; see docs/security.md.",
+        description="Make DIR/ca.crt and DIR/ca.key (or reuse them), then a certificate and key "
+        "signed by that CA for each principal: DIR/NAME.crt, DIR/NAME.key (0600). A principal is "
+        "the name ACLs and logs use for whoever holds the key.",
+        define=_certs_arguments,
+    )
+
+    return parser
+
+
+def _master_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument(
         "--listen", metavar="HOST:PORT", help="address to bind (TOML master.listen; default 127.0.0.1:5050)"
@@ -80,14 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="rescind offers unanswered this long, 0 = never (TOML master.offer_timeout; default 30)",
     )
-    p.set_defaults(func=commands.master)
+    p.set_defaults(func="master")
 
-    p = sub.add_parser(
-        "agent",
-        help="run an agent",
-        epilog=EPILOG,
-        description="Run an agent: advertises this machine's resources and runs tasks in containers.",
-    )
+
+def _agent_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     _agent_flags(p)
     p.add_argument(
@@ -101,14 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="address to bind for executors (TOML agent.listen; default 127.0.0.1:5051)",
     )
-    p.set_defaults(func=commands.agent)
+    p.set_defaults(func="agent")
 
-    p = sub.add_parser(
-        "local",
-        help="run a master and N agents in one process",
-        epilog=EPILOG,
-        description="Run a whole cluster on this machine: a master and N agents on loopback.",
-    )
+
+def _local_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     _agent_flags(p)
     p.add_argument("--agents", type=int, default=3, metavar="N", help="number of agents (default 3)")
@@ -120,15 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="plaintext (default: TLS with throw-away certificates, unless the configuration has [tls]; "
         "clients then use WORK_DIR/client.toml)",
     )
-    p.set_defaults(func=commands.local)
-
-    p = sub.add_parser(
-        "run",
-        help="run one command as a task",
-        epilog=EPILOG,
-        description="Run CMD as one task (like mesos-execute): shows its state changes and output "
-        "and exits with the task's exit status.",
+    p.add_argument(
+        "--queue",
+        action="store_true",
+        help="run the batch queue too (mezzo submit; TOML [queue], its job list in WORK_DIR/queue "
+        "unless queue.state_dir says otherwise)",
     )
+    p.set_defaults(func="local")
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument(
         "--master",
@@ -157,15 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments"
     )
-    p.set_defaults(func=commands.run)
+    p.set_defaults(func="run")
 
-    p = sub.add_parser(
-        "state",
-        help="print the master's state as JSON",
-        epilog=EPILOG,
-        description="Print the master's state (agents, frameworks with allocations and dominant "
-        "shares, tasks, outstanding offers) as JSON.",
-    )
+
+def _state_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     _tool_flags(p)
     p.add_argument(
@@ -180,42 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="print only the master's counters (messages in and out, allocation cycles, CPU, memory), "
         "which cost the master next to nothing at any cluster size",
     )
-    p.set_defaults(func=commands.state)
+    p.set_defaults(func="state")
 
-    p = sub.add_parser(
-        "teardown",
-        help="end a framework: kill its tasks, refuse its id from then on",
-        epilog=EPILOG,
-        description="End a framework as if its scheduler had unregistered it: its tasks are killed, "
-        "its scheduler hears an error, and its id is refused from then on. The master's "
-        "teardown_frameworks ACL decides who may.",
-    )
+
+def _teardown_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("framework_id", metavar="FRAMEWORK_ID", help="the framework's id (see mezzo state)")
     _tool_flags(p)
-    p.set_defaults(func=commands.teardown)
+    p.set_defaults(func="teardown")
 
-    _operator_commands(sub)
 
-    p = sub.add_parser(
-        "plugins",
-        help="list installed plugins and their components",
-        epilog=EPILOG,
-        description="List installed mezzo plugins and the components (allocators, isolators, "
-        "offer filters) each registers.",
-    )
+def _plugins_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=commands.plugins)
+    p.set_defaults(func="plugins")
 
-    p = sub.add_parser(
-        "certs",
-        help="make a cluster's CA and TLS certificates",
-        epilog="Then point each process's [tls] table at its files; see docs/security.md.",
-        description="Make DIR/ca.crt and DIR/ca.key (or reuse them), then a certificate and key "
-        "signed by that CA for each principal: DIR/NAME.crt, DIR/NAME.key (0600). A principal is "
-        "the name ACLs and logs use for whoever holds the key.",
-    )
+
+def _certs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="where the CA and certificates go (made 0700)")
     p.add_argument(
         "--principal",
@@ -232,8 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--days", type=int, default=825, help="days the certificates are valid (default 825)")
     p.add_argument("--force", action="store_true", help="replace certificates that exist already")
-    p.set_defaults(func=commands.certs)
-    return parser
+    p.set_defaults(func="certs")
 
 
 TOOL_EPILOG = (
@@ -247,29 +318,91 @@ def _operator_commands(sub: Any) -> None:
     """``ps``/``tasks``, ``task``, ``logs``, ``kill``, ``agents``, ``frameworks``, ``drain``,
     ``undrain``: :mod:`.tools`."""
 
-    def command(name: str, summary: str, description: str, aliases: tuple[str, ...] = ()) -> Any:
-        p = sub.add_parser(name, help=summary, description=description, epilog=TOOL_EPILOG, aliases=aliases)
-        _common(p)
-        _tool_flags(p)
-        p.set_defaults(func=commands.tool, tool=name)
-        return p
+    def command(
+        name: str,
+        summary: str,
+        description: str,
+        arguments: Callable[[argparse.ArgumentParser], None],
+        aliases: tuple[str, ...] = (),
+    ) -> None:
+        def define(p: argparse.ArgumentParser) -> None:
+            _common(p)
+            _tool_flags(p)
+            p.set_defaults(func="tool", tool=name)
+            arguments(p)
 
-    def json_flag(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--json", action="store_true", help="print the master's JSON answer instead of a table"
+        sub.add_parser(
+            name, help=summary, description=description, epilog=TOOL_EPILOG, aliases=aliases, define=define
         )
 
-    def task_arguments(p: argparse.ArgumentParser, framework_help: str) -> None:
-        p.add_argument("task_id", metavar="TASK_ID")
-        p.add_argument("--framework", metavar="FRAMEWORK_ID", help=framework_help)
-
-    p = command(
+    command(
         "ps",
         "list tasks (active ones; --all for ended ones too)",
         "List tasks, newest first: id, framework, state, host, cpus, mem, age (running) or how long "
         "it ran (ended), exit code. One request to the master's /tasks.",
+        _ps_arguments,
         aliases=("tasks",),
     )
+
+    command(
+        "task",
+        "show one task: its states, agent and sandbox",
+        "Show one task, running or ended: its state, reason, message and exit code, the agent it "
+        "runs on, its resources, the times of each state it went through, and its sandbox "
+        "(the path mezzo logs and /files/* read).",
+        _task_arguments,
+    )
+
+    command(
+        "logs",
+        "print a task's stdout (or stderr), and follow it with -f",
+        "Print a task's stdout or stderr through the master (no access to agents needed). "
+        "With -f, keep printing what it writes until the task ends.",
+        _logs_arguments,
+    )
+
+    command(
+        "kill",
+        "kill a task",
+        "Kill a task as an operator: its executor is told to kill it (TASK_KILLED, reason "
+        "killed_by_operator). The master's kill_tasks ACL decides who may.",
+        _kill_arguments,
+    )
+
+    command(
+        "agents",
+        "list agents: state, resources used",
+        "List the agents in the order they registered: id, host, state (active, disconnected, "
+        "DRAINING, DRAINED), cpus and memory used of their total.",
+        _agents_arguments,
+    )
+
+    command(
+        "frameworks",
+        "list frameworks, and why each gets no offers",
+        "List the frameworks: id, name, role, connection, resources used, dominant share, and the "
+        "first reason offers are held back from it now (--why: all of them).",
+        _frameworks_arguments,
+    )
+
+    command(
+        "drain",
+        "stop offering an agent; kill its tasks after a grace period",
+        "Drain an agent: no new offers, its outstanding offers rescinded, its tasks killed once the "
+        "grace period is over (reason agent_drained). mezzo undrain brings it back. The master's "
+        "drain_agents ACL decides who may.",
+        _drain_arguments,
+    )
+
+    command(
+        "undrain",
+        "offer a drained agent again",
+        "Reactivate a draining or drained agent.",
+        _undrain_arguments,
+    )
+
+
+def _ps_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--framework", metavar="FRAMEWORK_ID", help="only this framework's tasks")
     p.add_argument("--agent", metavar="AGENT_ID", help="only the tasks on this agent")
     p.add_argument(
@@ -282,64 +415,38 @@ def _operator_commands(sub: Any) -> None:
     p.add_argument(
         "--limit", type=_count, default=100, metavar="N", help="show at most N tasks (default 100)"
     )
-    json_flag(p)
+    _json_flag(p)
 
-    p = command(
-        "task",
-        "show one task: its states, agent and sandbox",
-        "Show one task, running or ended: its state, reason, message and exit code, the agent it "
-        "runs on, its resources, the times of each state it went through, and its sandbox "
-        "(the path mezzo logs and /files/* read).",
-    )
-    task_arguments(p, "the task's framework, if ids repeat")
-    json_flag(p)
 
-    p = command(
-        "logs",
-        "print a task's stdout (or stderr), and follow it with -f",
-        "Print a task's stdout or stderr through the master (no access to agents needed). "
-        "With -f, keep printing what it writes until the task ends.",
-    )
-    task_arguments(p, "the task's framework, if ids repeat")
+def _task_arguments(p: argparse.ArgumentParser) -> None:
+    _task_id_arguments(p, "the task's framework, if ids repeat")
+    _json_flag(p)
+
+
+def _logs_arguments(p: argparse.ArgumentParser) -> None:
+    _task_id_arguments(p, "the task's framework, if ids repeat")
     p.add_argument("-f", "--follow", action="store_true", help="follow the output until the task ends")
     p.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
     p.add_argument("--tail", type=_count, metavar="N", help="only the last N lines (then follow, with -f)")
 
-    p = command(
-        "kill",
-        "kill a task",
-        "Kill a task as an operator: its executor is told to kill it (TASK_KILLED, reason "
-        "killed_by_operator). The master's kill_tasks ACL decides who may.",
-    )
-    task_arguments(p, "the task's framework (found when omitted)")
 
-    p = command(
-        "agents",
-        "list agents: state, resources used",
-        "List the agents in the order they registered: id, host, state (active, disconnected, "
-        "DRAINING, DRAINED), cpus and memory used of their total.",
-    )
+def _kill_arguments(p: argparse.ArgumentParser) -> None:
+    _task_id_arguments(p, "the task's framework (found when omitted)")
+
+
+def _agents_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--limit", type=_count, default=1000, metavar="N", help="show at most N agents (default 1000)"
     )
-    json_flag(p)
+    _json_flag(p)
 
-    p = command(
-        "frameworks",
-        "list frameworks, and why each gets no offers",
-        "List the frameworks: id, name, role, connection, resources used, dominant share, and the "
-        "first reason offers are held back from it now (--why: all of them).",
-    )
+
+def _frameworks_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--why", action="store_true", help="every reason each framework gets no offers now")
-    json_flag(p)
+    _json_flag(p)
 
-    p = command(
-        "drain",
-        "stop offering an agent; kill its tasks after a grace period",
-        "Drain an agent: no new offers, its outstanding offers rescinded, its tasks killed once the "
-        "grace period is over (reason agent_drained). mezzo undrain brings it back. The master's "
-        "drain_agents ACL decides who may.",
-    )
+
+def _drain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("agent_id", metavar="AGENT_ID")
     p.add_argument(
         "--grace",
@@ -349,8 +456,18 @@ def _operator_commands(sub: Any) -> None:
         help="how long its tasks may run on before they are killed (default 0: at once)",
     )
 
-    p = command("undrain", "offer a drained agent again", "Reactivate a draining or drained agent.")
+
+def _undrain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("agent_id", metavar="AGENT_ID")
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the master's JSON answer instead of a table")
+
+
+def _task_id_arguments(p: argparse.ArgumentParser, framework_help: str) -> None:
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.add_argument("--framework", metavar="FRAMEWORK_ID", help=framework_help)
 
 
 def _finite_at_least_zero(what: str) -> Any:
@@ -425,9 +542,19 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: ``sys.argv[1:]``); its exit status.
+
+    Each sub-parser names its command's function (``func``) in :mod:`.commands`, or in
+    another module of this package (``command_module``), and that module is imported only
+    once the line is parsed: ``--help``, ``--version`` and a mistake on the command line
+    load none of it, and ``mezzo ps`` none of what the daemons need (asyncio, structlog,
+    pluggy, ...), which took over 100 ms before the command began."""
     args = build_parser().parse_args(argv)
+    # As ``from .commands import <func>``: __import__, whose imports python -X importtime
+    # shows (not importlib.import_module's).
+    module = __import__(getattr(args, "command_module", "commands"), globals(), None, [args.func], 1)
     try:
-        return args.func(args) or 0
+        return getattr(module, args.func)(args) or 0
     except RequestFailed as exc:
         # Not a mistake on the command line: the master unreachable, refusing, or not
         # knowing what was named (a bad parameter it rejects is one: 2).

@@ -16,16 +16,38 @@ Layers, bottom up (each testable without the next):
 - :mod:`.tls` builds TLS contexts from ``[tls]``, names a peer by its certificate and
   says why a handshake failed.
 - :mod:`.endpoint` binds servers and dials clients (TCP_NODELAY on every socket),
-  with TLS when given.
+  with TLS when given; :mod:`.address` parses the ``HOST:PORT`` they take.
 """
 
-from .codec import MalformedMessage, Remote, ServiceSchema
-from .connection import TRAFFIC, Connection, Traffic
-from .endpoint import connect, parse_address, serve
-from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
-from .limits import ConnectionLimiter
-from .listener import Listener
-from .tls import ClientTls, ServerTls, client_tls, server_tls
+from typing import TYPE_CHECKING
+
+from .. import _lazy_exports
+
+if TYPE_CHECKING:
+    from .address import parse_address
+    from .codec import MalformedMessage, Remote, ServiceSchema
+    from .connection import TRAFFIC, Connection, Traffic
+    from .endpoint import connect, serve
+    from .framing import DEFAULT_MAX_FRAME, FrameDecoder, FrameTooLarge
+    from .limits import ConnectionLimiter
+    from .listener import Listener
+    from .tls import ClientTls, ServerTls, client_tls, server_tls
+
+# Imported on first use: a client needing only :mod:`.tls` or :func:`parse_address` (the
+# operator's commands) would otherwise load asyncio and the Thrift codec too, 50 ms or more.
+__getattr__, __dir__ = _lazy_exports(
+    globals(),
+    {
+        "address": ("parse_address",),
+        "codec": ("MalformedMessage", "Remote", "ServiceSchema"),
+        "connection": ("TRAFFIC", "Connection", "Traffic"),
+        "endpoint": ("connect", "serve"),
+        "framing": ("DEFAULT_MAX_FRAME", "FrameDecoder", "FrameTooLarge"),
+        "limits": ("ConnectionLimiter",),
+        "listener": ("Listener",),
+        "tls": ("ClientTls", "ServerTls", "client_tls", "server_tls"),
+    },
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME",

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from .address import parse_address as parse_address  # callers and tests import it from here too
 from .codec import ServiceSchema
 from .connection import Connection
 from .framing import DEFAULT_MAX_FRAME
@@ -28,31 +29,6 @@ from .tls_stream import dial_tls
 
 LISTEN_BACKLOG = 4096
 """Pending connections a listening socket queues (the kernel caps it at somaxconn)."""
-
-
-def parse_address(text: str, default_port: int) -> tuple[str, int]:
-    """``"host:port"``, ``"host"``, ``":port"`` or ``"[v6addr]:port"`` to ``(host, port)``.
-
-    Raises :class:`ValueError` naming the text when the port is not a number in range.
-    """
-    text = text.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else str(default_port)
-    elif text.count(":") > 1:  # a bare IPv6 address has no port
-        host, port_text = text, str(default_port)
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            host, port_text = text, str(default_port)
-    host = host or "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"bad address {text!r}: port {port_text!r} is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"bad address {text!r}: port {port} is out of range")
-    return host, port
 
 
 async def serve(

@@ -77,6 +77,9 @@ def lxc_cluster(lxc_host, mezzo_cluster):
 class OneTask(mezzo.Scheduler):
     """Launches one command task ``t`` on the first offer and records its updates."""
 
+    driver: mezzo.SchedulerDriver
+    """Its driver, set by ``run_task`` once started."""
+
     def __init__(self, command: str, cpus: float = 0.5, mem: float = 64) -> None:
         self.command = command
         self.resources = Resources(cpus=cpus, mem=mem)

@@ -1,0 +1,377 @@
+"""What a queued job is, and the queue's bookkeeping: pure logic, no I/O.
+
+A *submission* (one ``mezzo submit``) is one job, or with ``--array 1-N`` N jobs that
+share its number: ``42`` alone, or ``42_1`` ... ``42_N`` (Slurm's spelling). Each job
+runs as one task at a time; a task that fails is retried up to ``retries`` times (a
+new task, ``attempts`` counting them), one the cluster dropped or revoked before it
+could finish is requeued without counting.
+
+States: ``QUEUED`` (waiting for an offer), ``RUNNING`` (a task launched, from staging
+to its end), and the ends: ``FINISHED`` (exit 0), ``FAILED`` (out of retries, or a
+task the master refused), ``CANCELLED``.
+
+:class:`JobTable` is the queue: FIFO with backfill (a job that does not fit an offer
+lets later, smaller ones use it), every operation O(1) per job touched, and bounds on
+what users can make it hold (:class:`Limits`).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
+
+
+class SubmissionError(ValueError):
+    """A submission the queue refuses: ``field`` names what was wrong."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one user request may make the queue hold (peers are untrusted)."""
+
+    max_waiting: int = 100_000
+    """Jobs queued or running at once, all users together."""
+    max_array: int = 100_000
+    """Jobs in one submission."""
+    max_command_bytes: int = 64 * 1024
+    """Length of a command (UTF-8)."""
+    max_retries: int = 100
+    max_ended: int = 10_000
+    """Ended jobs remembered for listings (oldest forgotten first)."""
+    scan_per_offer: int = 1_000
+    """Queued jobs looked at for one offer: a head too big for every offer must not make
+    each offer cost the whole queue."""
+
+
+@dataclass
+class Submission:
+    """One ``mezzo submit``, as the API receives it (already type-checked)."""
+
+    command: str
+    cpus: float = 1.0
+    mem: float = 128.0
+    array: tuple[int, int] | None = None
+    """First and last index, inclusive."""
+    retries: int = 0
+    name: str = ""
+
+
+@dataclass
+class Job:
+    id: str
+    submission: int
+    index: int | None
+    command: str
+    """The command as run: ``{index}`` already filled in."""
+    cpus: float
+    mem: float
+    user: str
+    name: str
+    retries: int
+    submitted: float
+    state: JobState = JobState.QUEUED
+    attempts: int = 0
+    """Tasks launched for it that counted (a dropped or revoked one does not)."""
+    launches: int = 0
+    """Tasks launched for it in all: the next task's id is made from it."""
+    task_id: str | None = None
+    agent_id: str | None = None
+    hostname: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    last: str = ""
+    """How its last task ended (or what the master says of it), for listings."""
+    cancelling: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "submission": self.submission,
+            "index": self.index,
+            "command": self.command,
+            "cpus": self.cpus,
+            "mem": self.mem,
+            "user": self.user,
+            "name": self.name,
+            "retries": self.retries,
+            "submitted": self.submitted,
+            "state": self.state.value,
+            "attempts": self.attempts,
+            "launches": self.launches,
+            "task_id": self.task_id,
+            "agent_id": self.agent_id,
+            "hostname": self.hostname,
+            "started": self.started,
+            "ended": self.ended,
+            "exit_code": self.exit_code,
+            "last": self.last,
+            "cancelling": self.cancelling,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Job:
+        return cls(**{**d, "state": JobState(d["state"])})
+
+
+_ARRAY = re.compile(r"\s*(\d{1,9})\s*-\s*(\d{1,9})\s*|\s*(\d{1,9})\s*")
+
+
+def parse_array(text: str, field: str = "array", limit: int = Limits.max_array) -> tuple[int, int]:
+    """``"1-1000"`` (or ``"7"``, one index) as ``(first, last)``; raises
+    :class:`SubmissionError` naming ``field`` when it is not that, or too long."""
+    m = _ARRAY.fullmatch(text)
+    if m is None:
+        raise SubmissionError(field, f"expected FIRST-LAST (such as 1-100), got {text!r}")
+    first, last = (int(m[1]), int(m[2])) if m[1] is not None else (int(m[3]), int(m[3]))
+    if last < first:
+        raise SubmissionError(field, f"{text!r} ends before it starts")
+    if last - first + 1 > limit:
+        raise SubmissionError(field, f"{last - first + 1} jobs in one submission; at most {limit}")
+    return first, last
+
+
+def _milli(amount: float) -> int:
+    return round(amount * 1000)
+
+
+# How each end of a task counts (by TaskState name): "done", "retry" (an attempt used,
+# retried while attempts remain), "requeue" (not the job's fault: again, uncounted),
+# "fail" (retrying cannot help: the master refused the task).
+_TASK_ENDS = {
+    "TASK_FINISHED": "done",
+    "TASK_FAILED": "retry",
+    "TASK_LOST": "retry",
+    "TASK_GONE": "retry",
+    "TASK_KILLED": "retry",
+    "TASK_DROPPED": "requeue",
+    "TASK_ERROR": "fail",
+}
+REQUEUE_REASONS = frozenset({"revoked", "agent_overcommitted", "master_disconnected"})
+"""Task end reasons that are the cluster's doing, not the job's: requeued uncounted."""
+
+
+class JobTable:
+    """Every job the queue knows: waiting ones in FIFO order, running ones by task id,
+    and the last :attr:`Limits.max_ended` ended ones. Not thread-safe (the daemon
+    holds a lock around it)."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.jobs: dict[str, Job] = {}
+        self.queued: OrderedDict[str, Job] = OrderedDict()
+        self.running: dict[str, Job] = {}
+        """By task id."""
+        self._ended: deque[str] = deque()
+        self.next_submission = 1
+
+    # -- what users ask ------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        """Jobs queued or running."""
+        return len(self.queued) + len(self.running)
+
+    def submit(self, sub: Submission, user: str, now: float | None = None) -> list[Job]:
+        """Add ``sub``'s jobs at the end of the queue; raises :class:`SubmissionError`
+        (nothing added) when a field is out of bounds or the queue is full."""
+        limits = self.limits
+        if not sub.command.strip():
+            raise SubmissionError("command", "empty")
+        if len(sub.command.encode()) > limits.max_command_bytes:
+            raise SubmissionError("command", f"longer than {limits.max_command_bytes} bytes")
+        if not 0 <= sub.retries <= limits.max_retries:
+            raise SubmissionError("retries", f"{sub.retries} is not between 0 and {limits.max_retries}")
+        first, last = sub.array if sub.array is not None else (0, 0)
+        count = last - first + 1
+        if count < 1 or count > limits.max_array:
+            raise SubmissionError("array", f"{count} jobs in one submission; at most {limits.max_array}")
+        if self.waiting + count > limits.max_waiting:
+            raise SubmissionError(
+                "array" if count > 1 else "command",
+                f"the queue is full: {self.waiting} jobs waiting, at most {limits.max_waiting}",
+            )
+        number = self.next_submission
+        self.next_submission += 1
+        now = time.time() if now is None else now
+        added = []
+        for index in range(first, last + 1) if sub.array is not None else (None,):
+            job = Job(
+                id=str(number) if index is None else f"{number}_{index}",
+                submission=number,
+                index=index,
+                command=sub.command if index is None else sub.command.replace("{index}", str(index)),
+                cpus=sub.cpus,
+                mem=sub.mem,
+                user=user,
+                name=sub.name,
+                retries=sub.retries,
+                submitted=now,
+            )
+            self._add(job)
+            added.append(job)
+        return added
+
+    def select(self, job_ids: Iterable[str]) -> Iterator[Job]:
+        """The jobs named: an id (``42_7``) or a submission (``42``: all its jobs). One
+        pass over the table however many submissions are named."""
+        numbers = set()
+        for job_id in job_ids:
+            job = self.jobs.get(job_id)
+            if job is not None:
+                yield job
+            elif job_id.isdigit():
+                numbers.add(int(job_id))
+        if numbers:
+            yield from [j for j in self.jobs.values() if j.submission in numbers and j.index is not None]
+
+    def cancel(self, job: Job, now: float | None = None) -> str | None:
+        """Cancel ``job``: a queued one ends now (None); a running one is marked and the
+        id of its task returned, to be killed (it ends when the kill is reported)."""
+        if job.state is JobState.QUEUED:
+            del self.queued[job.id]
+            self._end(job, JobState.CANCELLED, now, "cancelled before it ran")
+            return None
+        if job.state is JobState.RUNNING:
+            job.cancelling = True
+            return job.task_id
+        return None
+
+    # -- what the cluster offers and reports ----------------------------------------
+
+    def fitting(self, cpus: float, mem: float) -> list[Job]:
+        """Queued jobs, oldest first, that fit together in ``cpus`` and ``mem`` (looking
+        at :attr:`Limits.scan_per_offer` of them at most). They stay queued until
+        :meth:`launched`."""
+        free_cpus, free_mem = _milli(cpus), _milli(mem)
+        chosen = []
+        for scanned, job in enumerate(self.queued.values()):
+            if scanned >= self.limits.scan_per_offer or free_cpus <= 0:
+                break
+            need_cpus, need_mem = _milli(job.cpus), _milli(job.mem)
+            if need_cpus <= free_cpus and need_mem <= free_mem:
+                chosen.append(job)
+                free_cpus -= need_cpus
+                free_mem -= need_mem
+        return chosen
+
+    def task_id_for(self, job: Job) -> str:
+        """The id of ``job``'s next task: unique within the framework for ever."""
+        return f"job-{job.id}.{job.launches + 1}"
+
+    def launched(
+        self, job: Job, task_id: str, agent_id: str, hostname: str, now: float | None = None
+    ) -> None:
+        del self.queued[job.id]
+        job.state = JobState.RUNNING
+        job.launches += 1
+        job.task_id = task_id
+        job.agent_id = agent_id
+        job.hostname = hostname
+        job.started = time.time() if now is None else now
+        job.exit_code = None
+        self.running[task_id] = job
+
+    def task_ended(
+        self,
+        task_id: str,
+        state: str,
+        *,
+        reason: str = "",
+        message: str = "",
+        exit_code: int | None = None,
+        now: float | None = None,
+    ) -> Job | None:
+        """A task of the queue ended in ``state`` (a TaskState name): its job finishes,
+        fails, is requeued or is retried (see the module docstring). Returns the job,
+        None for a task not running here (a duplicate or stale update)."""
+        job = self.running.pop(task_id, None)
+        if job is None:
+            return None
+        job.exit_code = exit_code
+        job.last = f"{state}: {message}" if message else state
+        outcome = _TASK_ENDS.get(state, "retry")
+        if reason in REQUEUE_REASONS and outcome != "done":
+            outcome = "requeue"
+        if job.cancelling:
+            self._end(job, JobState.CANCELLED, now, job.last)
+        elif outcome == "done":
+            job.attempts += 1
+            self._end(job, JobState.FINISHED, now, job.last)
+        elif outcome == "requeue":
+            self._requeue(job)
+        elif outcome == "retry" and job.attempts < job.retries:
+            job.attempts += 1
+            self._requeue(job)
+        else:
+            job.attempts += 1
+            self._end(job, JobState.FAILED, now, job.last)
+        return job
+
+    # -- the journal's side ----------------------------------------------------------
+
+    def restore(self, job: Job) -> None:
+        """Put back a job read from the journal, as it was."""
+        earlier = self.jobs.pop(job.id, None)
+        if earlier is not None:
+            self.queued.pop(earlier.id, None)
+            if earlier.task_id is not None and self.running.get(earlier.task_id) is earlier:
+                del self.running[earlier.task_id]
+        self._add(job)
+        self.next_submission = max(self.next_submission, job.submission + 1)
+
+    def all_jobs(self) -> Iterator[Job]:
+        return iter(self.jobs.values())
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        if job.state is JobState.QUEUED:
+            self.queued[job.id] = job
+        elif job.state is JobState.RUNNING and job.task_id is not None:
+            self.running[job.task_id] = job
+        else:
+            self._remember_ended(job)
+
+    def _requeue(self, job: Job) -> None:
+        job.state = JobState.QUEUED
+        job.task_id = None
+        self.queued[job.id] = job
+
+    def _end(self, job: Job, state: JobState, now: float | None, last: str) -> None:
+        job.state = state
+        job.ended = time.time() if now is None else now
+        job.last = last
+        job.cancelling = False
+        self._remember_ended(job)
+
+    def _remember_ended(self, job: Job) -> None:
+        self._ended.append(job.id)
+        while len(self._ended) > self.limits.max_ended:
+            old = self._ended.popleft()
+            stale = self.jobs.get(old)
+            if stale is not None and stale.state.ended:
+                del self.jobs[old]
