@@ -235,6 +235,35 @@ def test_logs_prints_stdout_stderr_and_the_tail_intact(env):
     one_line_error(env.op("logs", "no-such-task"), 1, "knows no task")
 
 
+def test_logs_follow_waits_for_a_file_not_there_yet(env, tmp_path):
+    go = tmp_path / "go"
+    # The task takes its stdout away (as if its sandbox were not made yet), then writes a new one.
+    env.start(
+        "late-file", f"rm stdout; while [ ! -e {go} ]; do sleep 0.05; done; echo later > stdout; sleep 1"
+    )
+    one_line_error(env.op("logs", "late-file"), 1, "")  # without -f: the file is not there
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mezzo", "logs", "-f", "late-file", "--master", env.master],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+    )
+    try:
+        wait_for(lambda: env.sched.final("late-file") is None and proc.poll() is None, 5, "logs -f to wait")
+        time.sleep(1.0)
+        assert proc.poll() is None  # still waiting, not failed
+        go.touch()
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert out == "later\n"
+        assert "mezzo logs: waiting for late-file's stdout (TASK_RUNNING)" in err.splitlines()
+        assert "[task late-file TASK_FINISHED]" in err.splitlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_logs_follow_prints_every_line_in_order_and_exits_when_the_task_ends(env, tmp_path):
     go = tmp_path / "go"
     script = (

@@ -157,7 +157,15 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
     stream = "stderr" if args.stderr else "stdout"
     path = f"{t['sandbox']}/{stream}"
     agent = t["slave_id"]
-    size = api.read_file(agent, path, -1)["offset"]
+    try:
+        size = api.read_file(agent, path, -1)["offset"]
+    except ApiError as exc:
+        if exc.status != 404 or not args.follow:
+            raise
+        # Not there yet (a task still staging, its sandbox not made): -f waits for it.
+        size = _wait_for_file(api, t, path, stream)
+        if size is None:
+            return 0
     offset = 0 if args.tail is None else tail_start(api, agent, path, size, args.tail)
     out = sys.stdout
     if not args.follow:
@@ -181,6 +189,24 @@ def logs(args: argparse.Namespace, api: OperatorClient) -> int:
                     print(f"[task {t['id']} {now[0]['state']}]", file=sys.stderr)
                 return 0
         time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _wait_for_file(api: OperatorClient, t: dict[str, Any], path: str, stream: str) -> int | None:
+    """Wait until the task's ``stream`` file exists (its size then: 0), saying so once; None
+    when the task ended first (said too)."""
+    print(f"mezzo logs: waiting for {t['id']}'s {stream} ({t['state']})", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(FOLLOW_POLL_SECONDS)
+        try:
+            return int(api.read_file(t["slave_id"], path, -1)["offset"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        now = api.get("/tasks", task_id=t["id"], framework_id=t["framework_id"], limit=1)["tasks"]
+        if not now or now[0].get("end_time"):
+            state = now[0]["state"] if now else "gone"
+            print(f"[task {t['id']} {state}, no {stream} written]", file=sys.stderr)
+            return None
 
 
 def copy_file(
