@@ -167,10 +167,17 @@ def test_a_single_job_gets_the_job_environment_and_runs_its_argv(queue, tmp_path
 def test_a_waiting_array_is_one_row_and_what_never_fits_waits(queue):
     r = queue.cli("submit", "--array", "1-50", "--cpus", "64", "--", "true")
     assert r.returncode == 0, r.stderr
-    rows = table_rows(queue.cli("jobs").stdout)
+    why = "no agent has 64 cpus (the largest has 4 cpus, 4096 mem); it waits until one joins"
+    assert r.stderr.strip() == f"mezzo submit: note: {why}"
+    listing = queue.cli("jobs").stdout
+    rows = table_rows("\n".join(listing.splitlines()[:3]))
     assert list(rows) == ["1_[1-50]"], rows
     assert rows["1_[1-50]"][1] == "QUEUED"
-    assert "50 queued, 0 running" in queue.cli("jobs").stdout
+    assert "50 queued, 0 running" in listing
+    assert listing.splitlines()[3] == f"1_[1-50]: {why}"
+    r = queue.cli("submit", "--cpus", "4", "--mem", "4097", "--", "true")
+    assert "no agent has 4097 mem" in r.stderr
+    assert queue.cli("cancel", "2").returncode == 0
     assert queue.cli("cancel", "1").stdout.startswith("cancelled 1_1, 1_2")
 
 

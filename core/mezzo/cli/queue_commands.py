@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import time
 from typing import Any
 
@@ -236,6 +237,8 @@ def submit(args: argparse.Namespace) -> int:
         print(f"submitted job {answer['first']}")
     else:
         print(f"submitted {answer['count']} jobs: {answer['first']} to {answer['last']}")
+    if answer.get("warning"):
+        print(f"mezzo submit: note: {answer['warning']}", file=sys.stderr)
     _say_if_unregistered(answer["queue"], "mezzo submit")
     return 0
 
@@ -249,12 +252,16 @@ def jobs(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2))
         return 0
     now = time.time()
-    rows = [_row(group, now) for group in _folded(answer["jobs"])]
+    groups = _folded(answer["jobs"])
+    rows = [_row(group, now) for group in groups]
     print(_summary(answer["queue"]))
     if rows:
         print(
             table(["JOB", "STATE", "USER", "CPUS", "MEM", "TRIES", "HOST", "TIME", "EXIT", "COMMAND"], rows)
         )
+    for group, row in zip(groups, rows, strict=True):
+        if group[0].get("why"):
+            print(f"{row[0]}: {shown(group[0]['why'])}")
     shown_count = len(answer["jobs"])
     if answer["total"] > shown_count:
         print(f"(the first {shown_count} of {answer['total']})")
@@ -262,8 +269,6 @@ def jobs(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    import sys
-
     answer = _client(args).post("/cancel", {"jobs": args.jobs})
     if answer["cancelled"]:
         print(f"cancelled {_listed(answer['cancelled'])}")
@@ -286,8 +291,6 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def _say_if_unregistered(status: dict[str, Any], who: str) -> None:
-    import sys
-
     if not status.get("registered"):
         since = status.get("lost_since")
         how_long = f" for {duration(time.time() - since)}" if since else ""

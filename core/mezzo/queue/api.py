@@ -8,9 +8,13 @@ or certificate to hand around. The socket is open to every local user
 (mode 0666); the user is the authentication.
 
     POST /jobs        {"command", "cpus", "mem", "array": "1-N", "retries", "name"}
-                      -> {"submission", "first", "last", "count", "queue": {...}}
+                      -> {"submission", "first", "last", "count", "warning", "queue": {...}}
     GET  /jobs        ?state=waiting|all|QUEUED|RUNNING|FINISHED|FAILED|CANCELLED
                       &user=NAME&limit=N -> {"jobs": [...], "total", "queue": {...}}
+
+A job no active agent could hold (more cpus or mem than the largest has, as the master's
+``/overview`` says) is taken all the same, since agents may join, but the answer's
+``warning`` says so, and so does its ``why`` in listings.
     GET  /jobs/ID     -> one job
     POST /cancel      {"jobs": ["42", "43_7"]} -> {"cancelled", "cancelling", "unknown", "refused"}
     GET  /health      -> {"ok": true}
@@ -26,13 +30,14 @@ import os
 import pwd
 import socket
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from ..http.server import BadParameter, dumps, json_errors
 from .framework import QueueFramework
-from .jobs import JobState, Submission, SubmissionError, parse_array
+from .jobs import Job, JobState, Submission, SubmissionError, never_fits, parse_array
 
 MAX_BODY_BYTES = 1 << 20
 LIST_LIMIT_MAX = 100_000
@@ -52,9 +57,11 @@ def peer_user(request: web.Request) -> tuple[int, str]:
         return uid, str(uid)
 
 
-def queue_app(queue: QueueFramework) -> web.Application:
+def queue_app(queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]]) -> web.Application:
+    """The API of ``queue``; ``learn_cluster`` refreshes ``queue.largest_agent`` when it is
+    stale (a submission is checked against it)."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
-    api = _Endpoints(queue)
+    api = _Endpoints(queue, learn_cluster)
     app.router.add_post("/jobs", api.submit)
     app.router.add_get("/jobs", api.list_jobs)
     app.router.add_get("/jobs/{job_id}", api.job)
@@ -94,8 +101,9 @@ def _text(body: dict[str, Any], name: str, default: str = "") -> str:
 
 
 class _Endpoints:
-    def __init__(self, queue: QueueFramework) -> None:
+    def __init__(self, queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]]) -> None:
         self.queue = queue
+        self.learn_cluster = learn_cluster
         self.own_uid = os.getuid()
 
     async def submit(self, request: web.Request) -> web.Response:
@@ -120,8 +128,10 @@ class _Endpoints:
             jobs = self.queue.submit(submission, user)
         except SubmissionError as exc:
             raise BadParameter(exc.field, exc.problem) from None
+        await self.learn_cluster()
         return _answer(
             {
+                "warning": never_fits(submission, self.queue.largest_agent),
                 "submission": jobs[0].submission,
                 "first": jobs[0].id,
                 "last": jobs[-1].id,
@@ -142,7 +152,8 @@ class _Endpoints:
                 for job in self.queue.table.all_jobs()
                 if job.state in wanted and (user is None or job.user == user)
             ]
-            rows = [job.to_dict() for job in matching[:limit]]
+            largest = self.queue.largest_agent
+            rows = [_listed(job, largest) for job in matching[:limit]]
             status = self.queue.status()
         return _answer({"jobs": rows, "total": len(matching), "queue": status})
 
@@ -179,6 +190,13 @@ class _Endpoints:
 
     async def health(self, request: web.Request) -> web.Response:
         return _answer({"ok": True, "queue": self.queue.status()})
+
+
+def _listed(job: Job, largest: dict[str, float] | None) -> dict[str, Any]:
+    """``job`` as listed: its record, and for a queued one ``why`` no agent could hold it."""
+    row = job.to_dict()
+    row["why"] = never_fits(job, largest) if job.state is JobState.QUEUED else None
+    return row
 
 
 _STATE_SETS = {

@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ from .journal import Journal
 log = structlog.get_logger("mezzo.queue", component="queue")
 
 TICK_SECONDS = 5.0
+CLUSTER_VIEW_SECONDS = 5.0
+"""How long what the master said of its largest agent is used before it is asked again."""
 DEFAULT_FAILOVER_TIMEOUT = 7 * 24 * 3600.0
 """A week: a queue down over a long weekend still finds its tasks."""
 
@@ -64,6 +67,7 @@ class QueueDaemon:
         self.driver: mezzo.SchedulerDriver | None = None
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task | None = None
+        self._cluster_viewed_at = -float("inf")
 
     async def start(self) -> None:
         self.journal.load(self.table)
@@ -82,7 +86,9 @@ class QueueDaemon:
         self.framework.on_refused = refused
         self.driver = mezzo.SchedulerDriver(self.framework, framework, self.settings.master, tls=self.tls)
         self.framework.driver = self.driver
-        self._runner = web.AppRunner(queue_app(self.framework), handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            queue_app(self.framework, self.learn_cluster), handle_signals=False, access_log=None
+        )
         await self._runner.setup()
         site = web.UnixSite(self._runner, self.socket_path)
         await site.start()
@@ -123,6 +129,33 @@ class QueueDaemon:
                 self.framework.tick()
             except Exception:  # keep the queue serving; the journal error is logged
                 log.exception("queue housekeeping failed")
+            await self.learn_cluster()
+
+    async def learn_cluster(self) -> None:
+        """Refresh :attr:`QueueFramework.largest_agent` from the master's ``/overview``
+        when it is older than :data:`CLUSTER_VIEW_SECONDS` (blocking HTTP, on a worker
+        thread). Unknown when the master cannot be asked (not registered, its HTTP API
+        off, or the queue's principal may not view the cluster): nothing is then checked."""
+        master = self.framework.master
+        now = time.monotonic()
+        if master is None or now - self._cluster_viewed_at < CLUSTER_VIEW_SECONDS:
+            return
+        self._cluster_viewed_at = now
+
+        def ask() -> dict[str, float] | None:
+            from ..errors import RequestFailed
+            from ..operator_client import OperatorClient
+
+            try:
+                with OperatorClient(master, timeout=2.0, tls=self.tls) as api:
+                    overview = api.get("/overview")
+            except RequestFailed as exc:
+                log.debug("cannot learn the cluster's largest agent", master=master, error=str(exc))
+                return None
+            largest = (overview.get("resources") or {}).get("largest_agent") or {}
+            return {k: float(v) for k, v in largest.items() if k in ("cpus", "mem")} or None
+
+        self.framework.largest_agent = await asyncio.get_running_loop().run_in_executor(None, ask)
 
     async def _claim_socket(self) -> None:
         """Make the socket's directory; take over a socket file a dead queue left, refuse

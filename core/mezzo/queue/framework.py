@@ -61,6 +61,9 @@ class QueueFramework(mezzo.Scheduler):
         self._unknown: set[str] = set()
         """Task ids the master last answered TASK_UNKNOWN for."""
         self._reconciled_at = 0.0
+        self.largest_agent: dict[str, float] | None = None
+        """The most cpus and mem an active agent has (the master's ``/overview``; None:
+        not known), to tell a user whose job no agent could ever hold."""
         self.on_refused: Callable[[], None] | None = None
         """Called (on the driver thread) when the master refuses the queue for good."""
 

@@ -157,6 +157,20 @@ def _milli(amount: float) -> int:
     return round(amount * 1000)
 
 
+def never_fits(job: Job | Submission, largest: dict[str, float] | None) -> str | None:
+    """Why no agent of the cluster could hold ``job`` (``largest``: the most cpus and mem
+    an active agent has, from the master's ``/overview``), or None when one could or the
+    cluster is not known."""
+    if not largest:
+        return None
+    for name, wanted in (("cpus", job.cpus), ("mem", job.mem)):
+        have = largest.get(name)
+        if have is not None and _milli(wanted) > _milli(have):
+            sizes = ", ".join(f"{largest[k]:g} {k}" for k in ("cpus", "mem") if k in largest)
+            return f"no agent has {wanted:g} {name} (the largest has {sizes}); it waits until one joins"
+    return None
+
+
 # How each end of a task counts (by TaskState name): "done", "retry" (an attempt used,
 # retried while attempts remain), "requeue" (not the job's fault: again, uncounted),
 # "fail" (retrying cannot help: the master refused the task).
