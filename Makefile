@@ -78,6 +78,8 @@ bench: setup
 	$(PY) bench/lottery_locality.py
 	$(PY) bench/fig8.py
 	$(PY) bench/revocation_check.py
+	$(PY) bench/cli_latency.py
+	$(PY) bench/queue_throughput.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup
