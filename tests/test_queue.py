@@ -389,3 +389,89 @@ def test_a_queue_without_a_master_takes_jobs_and_says_it_has_no_master(tmp_path)
         assert q.cli("jobs").stdout.splitlines()[0].startswith("queue: no master for ")
     finally:
         q.stop()
+
+
+# -- hostile or mistaken requests: bounded, refused in one line, nothing lost ------------------
+
+
+def test_a_cancel_naming_a_running_job_many_times_kills_it_once(queue, tmp_path, cluster):
+    go = tmp_path / "go"
+    r = queue.cli("submit", "--cpus", "0.1", "--mem", "16", "--", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: queue.jobs()["1"]["state"] == "RUNNING", 20, "the job to run")
+    answer = QueueClient(queue.socket).post("/cancel", {"jobs": ["1"] * 5000 + ["1"] * 5000})
+    assert answer["cancelling"] == ["1"], answer  # once, however often it was named
+    wait_for(lambda: queue.jobs()["1"]["state"] == "CANCELLED", 20, "the job to be cancelled")
+    with pytest.raises(QueueRefused, match="at most 10000"):
+        QueueClient(queue.socket).post("/cancel", {"jobs": ["1"] * 10001})
+    # The master did not disconnect the queue for a flood of kills: it is still registered.
+    status = QueueClient(queue.socket).get("/health")["queue"]
+    assert status["registered"] is True, status
+    assert "framework_id" in status and queue.log().count("refused the queue") == 0
+
+
+def test_amounts_and_text_the_cluster_cannot_carry_are_refused(queue):
+    client = QueueClient(queue.socket)
+    for body, field in [
+        ({"command": "true", "cpus": 1e306}, "cpus"),
+        ({"command": "true", "mem": 2e9}, "mem"),
+        ({"command": "true", "name": "\udcff"}, "name"),
+        ({"command": "echo \udcff"}, "command"),
+        ({"command": "x" * 60_000, "array": "1-1000"}, "array"),
+    ]:
+        with pytest.raises(QueueRefused) as caught:
+            client.post("/jobs", body)
+        assert caught.value.status == 400 and f"'{field}'" in str(caught.value), (body, caught.value)
+    assert queue.jobs() == {}
+    # And the queue still launches: nothing of the refused ones is in its way.
+    assert queue.cli("submit", "--cpus", "0.1", "--mem", "16", "--", "true").returncode == 0
+    assert queue.wait_until_none_waiting()["1"]["state"] == "FINISHED"  # refused ones took no number
+
+
+def test_one_queue_per_state_directory(queue, tmp_path):
+    other = tmp_path / "other.sock"
+    r = mezzo_cli(
+        "queue", "--master", queue.master, "--socket", str(other), "--state-dir", queue.state_dir, timeout=30
+    )
+    one_line_error(r, 2, f"queue state {queue.state_dir}: another queue uses it")
+    assert not other.exists()
+    assert queue.cli("submit", "--cpus", "0.1", "--mem", "16", "--", "true").returncode == 0
+    assert queue.wait_until_none_waiting()["1"]["state"] == "FINISHED"
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--master", "127.0.0.1:notaport"], "queue.master: "),
+        (["--socket", "/tmp/" + "s" * 120], "is longer than a unix socket's 107 bytes"),
+        (["--failover-timeout", "-1"], "--failover-timeout"),
+    ],
+)
+def test_queue_mistakes_are_one_line_exit_2(tmp_path, args, text):
+    defaults = {"--master": "127.0.0.1:1", "--socket": str(tmp_path / "q.sock")}
+    for flag, value in defaults.items():
+        if flag not in args:
+            args = [*args, flag, value]
+    one_line_error(mezzo_cli("queue", "--state-dir", str(tmp_path / "s"), *args), 2, text)
+
+
+def test_a_queue_the_master_removed_registers_anew_and_runs_its_jobs_again(queue, tmp_path, cluster):
+    go = tmp_path / "go"
+    runs = tmp_path / "runs"
+    command = f"echo run >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done"
+    assert queue.cli("submit", "--cpus", "0.1", "--mem", "16", "--", command).returncode == 0
+    wait_for(lambda: queue.jobs()["1"]["state"] == "RUNNING", 20, "the job to run")
+    old_id = QueueClient(queue.socket).get("/health")["queue"]["framework_id"]
+    r = mezzo_cli("teardown", old_id, "--master", cluster.master)
+    assert r.returncode == 0, r.stderr
+
+    def registered_anew() -> bool:
+        status = QueueClient(queue.socket).get("/health")["queue"]
+        return status["registered"] and status["framework_id"] != old_id
+
+    wait_for(registered_anew, 20, "the queue to register as a new framework")
+    wait_for(lambda: runs.exists() and len(runs.read_text().split()) == 2, 20, "the job to run again")
+    go.touch()
+    job = queue.wait_until_none_waiting()["1"]
+    assert job["state"] == "FINISHED" and job["attempts"] == 1, job
+    assert queue.proc is not None and queue.proc.poll() is None

@@ -412,8 +412,7 @@ class QueueConfig:
     master: str = ""
     """The master the queue registers with (HOST:PORT or zk://); empty: ``agent.master``."""
     socket: str = ""
-    """The queue's unix socket; empty: ``$MEZZO_QUEUE``, else ``/run/mezzo/queue.sock``
-    for root, else ``$XDG_RUNTIME_DIR/mezzo-queue.sock``."""
+    """The queue's unix socket; empty: :func:`mezzo.queue.client.default_socket`."""
     state_dir: str = ""
     """Where the job list is kept; empty: ``/var/lib/mezzo/queue`` for root, else
     ``~/.local/state/mezzo/queue``."""

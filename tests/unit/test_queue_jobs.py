@@ -223,3 +223,42 @@ def test_compaction_keeps_what_the_table_holds_in_far_fewer_lines(tmp_path, monk
     again = JobTable()
     Journal(tmp_path).load(again)
     assert again.jobs["1"].attempts == 30 and again.next_submission == 2
+
+
+def test_a_job_named_many_times_is_selected_once_and_its_kill_asked_once():
+    table = JobTable()
+    table.submit(Submission("sleep 9", array=(1, 2)), "u")
+    launch_all(table)
+    picked = list(table.select(["1_1", "1", "1_1", "1"]))
+    assert sorted(j.id for j in picked) == ["1_1", "1_2"]
+    job = table.jobs["1_1"]
+    assert table.cancel(job) == job.task_id
+    assert table.cancel(job) is None  # asked already
+    assert table.cancelling() == [job]
+
+
+def test_a_removed_framework_requeues_its_running_jobs_and_ends_cancelled_ones():
+    table = JobTable()
+    a, b = table.submit(Submission("x", array=(1, 2)), "u")
+    launch_all(table)
+    table.cancel(b)
+    table.requeue_running()
+    assert a.state is JobState.QUEUED and a.attempts == 0 and list(table.queued) == ["1_1"]
+    assert b.state is JobState.CANCELLED and not table.running
+
+
+def test_a_drained_agent_does_not_use_a_retry():
+    table = JobTable()
+    (job,) = table.submit(Submission("x"), "u")
+    (task_id,) = launch_all(table)
+    table.task_ended(task_id, "TASK_KILLED", reason="agent_drained")
+    assert job.state is JobState.QUEUED and job.attempts == 0
+
+
+def test_amounts_and_the_bytes_of_a_submission_are_bounded():
+    table = JobTable(Limits(max_submission_bytes=1000))
+    with pytest.raises(SubmissionError, match="cpus: 1e\\+306 is not between 0 and 1e\\+09"):
+        table.submit(Submission("true", cpus=1e306), "u")
+    with pytest.raises(SubmissionError, match="more than 1000 bytes"):
+        table.submit(Submission("x" * 100, array=(1, 11)), "u")
+    assert table.submit(Submission("x" * 100, array=(1, 10)), "u")

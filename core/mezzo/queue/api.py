@@ -4,8 +4,10 @@
 A unix socket, not a port, because the kernel tells who is at the other end
 (``SO_PEERCRED``): a job runs as the unix user who submitted it, and only that user (or
 root, or the queue's own user) may cancel it, with nothing to configure and no password
-or certificate to hand around. The socket is open to every local user
-(mode 0666); the user is the authentication.
+or certificate to hand around. Root's queue is open to every local user (socket mode
+0666; jobs run as their submitters where agents run as root and switch users); any other
+user's queue is that user's alone (0600, and other uids refused 403). Every local user of
+a shared queue sees every job listed, commands included.
 
     POST /jobs        {"command", "cpus", "mem", "array": "1-N", "retries", "name"}
                       -> {"submission", "first", "last", "count", "warning", "queue": {...}}
@@ -37,10 +39,15 @@ from aiohttp import web
 
 from ..http.server import BadParameter, dumps, json_errors
 from .framework import QueueFramework
-from .jobs import Job, JobState, Submission, SubmissionError, never_fits, parse_array
+from .jobs import Job, JobState, QueueFull, Submission, SubmissionError, never_fits, parse_array
 
 MAX_BODY_BYTES = 1 << 20
 LIST_LIMIT_MAX = 100_000
+LIST_LIMIT_DEFAULT = 10_000
+CANCEL_MAX = 10_000
+"""Ids one cancel may name (a submission's number names all its jobs)."""
+AMOUNT_MAX = 1e9
+"""The most cpus or mem a job may ask (an agent's own bound)."""
 NAME_MAX = 200
 
 
@@ -57,11 +64,14 @@ def peer_user(request: web.Request) -> tuple[int, str]:
         return uid, str(uid)
 
 
-def queue_app(queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]]) -> web.Application:
+def queue_app(
+    queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]], *, everyone: bool
+) -> web.Application:
     """The API of ``queue``; ``learn_cluster`` refreshes ``queue.largest_agent`` when it is
-    stale (a submission is checked against it)."""
+    stale (a submission is checked against it). ``everyone``: every local user may use it
+    (root's queue); otherwise only the queue's own user (and root)."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
-    api = _Endpoints(queue, learn_cluster)
+    api = _Endpoints(queue, learn_cluster, everyone)
     app.router.add_post("/jobs", api.submit)
     app.router.add_get("/jobs", api.list_jobs)
     app.router.add_get("/jobs/{job_id}", api.job)
@@ -88,26 +98,46 @@ def _number(body: dict[str, Any], name: str, default: float, least: float) -> fl
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise BadParameter(name, f"{value!r} is not a number")
-    if value < least:
-        raise BadParameter(name, f"{value} is less than {least}")
+    if not least <= value <= AMOUNT_MAX:
+        raise BadParameter(name, f"{value:g} is not between {least:g} and {AMOUNT_MAX:g}")
     return float(value)
 
 
 def _text(body: dict[str, Any], name: str, default: str = "") -> str:
+    """A string field that UTF-8 can carry (JSON allows lone surrogates; Thrift, the
+    master and the agent's shell do not)."""
     value = body.get(name, default)
     if not isinstance(value, str):
         raise BadParameter(name, f"{value!r} is not a string")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise BadParameter(name, "not valid Unicode (a lone surrogate: bytes that were not UTF-8?)") from None
     return value
 
 
 class _Endpoints:
-    def __init__(self, queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, queue: QueueFramework, learn_cluster: Callable[[], Awaitable[None]], everyone: bool
+    ) -> None:
         self.queue = queue
         self.learn_cluster = learn_cluster
-        self.own_uid = os.getuid()
+        self.everyone = everyone
+        self.own_uid = os.geteuid()
+
+    def caller(self, request: web.Request) -> tuple[int, str]:
+        """The caller's uid and name; 403 for another user of a queue not root's (its jobs
+        would run as the queue's user, whose agents cannot switch users for it)."""
+        uid, user = peer_user(request)
+        if not self.everyone and uid not in (0, self.own_uid):
+            raise web.HTTPForbidden(
+                text=f"this queue runs as uid {self.own_uid} and takes only its own user's requests "
+                "(root's queue takes every user's)"
+            )
+        return uid, user
 
     async def submit(self, request: web.Request) -> web.Response:
-        _uid, user = peer_user(request)
+        _uid, user = self.caller(request)
         body = await _body(request)
         retries = body.get("retries", 0)
         if isinstance(retries, bool) or not isinstance(retries, int):
@@ -126,6 +156,8 @@ class _Endpoints:
                 name=name,
             )
             jobs = self.queue.submit(submission, user)
+        except QueueFull as exc:
+            return _answer({"error": exc.problem, "status": 503}, status=503)
         except SubmissionError as exc:
             raise BadParameter(exc.field, exc.problem) from None
         await self.learn_cluster()
@@ -142,6 +174,7 @@ class _Endpoints:
         )
 
     async def list_jobs(self, request: web.Request) -> web.Response:
+        self.caller(request)
         state = request.query.get("state", "waiting")
         wanted = _states(state)
         user = request.query.get("user")
@@ -158,6 +191,7 @@ class _Endpoints:
         return _answer({"jobs": rows, "total": len(matching), "queue": status})
 
     async def job(self, request: web.Request) -> web.Response:
+        self.caller(request)
         job_id = request.match_info["job_id"]
         with self.queue.lock:
             job = self.queue.table.jobs.get(job_id)
@@ -167,22 +201,27 @@ class _Endpoints:
         return _answer(row)
 
     async def cancel(self, request: web.Request) -> web.Response:
-        uid, user = peer_user(request)
+        uid, user = self.caller(request)
         body = await _body(request)
         named = body.get("jobs")
         if not isinstance(named, list) or not all(isinstance(j, str) for j in named) or not named:
             raise BadParameter("jobs", "expected a non-empty list of job ids")
+        if len(named) > CANCEL_MAX:
+            raise BadParameter("jobs", f"{len(named)} ids; at most {CANCEL_MAX} in one request")
         may_cancel_any = uid in (0, self.own_uid)
         with self.queue.lock:
             found = list(self.queue.table.select(named))
-        found_ids = {job.id for job in found} | {str(job.submission) for job in found}
-        mine = [j for j in found if (may_cancel_any or j.user == user) and not j.state.ended]
-        refused = sorted({j.id for j in found if not may_cancel_any and j.user != user})
+            found_ids = {job.id for job in found} | {str(job.submission) for job in found}
+            mine = [j for j in found if (may_cancel_any or j.user == user) and not j.state.ended]
+            refused = sorted({j.id for j in found if not may_cancel_any and j.user != user})
         self.queue.cancel(mine)
+        with self.queue.lock:
+            cancelled = [j.id for j in mine if j.state is JobState.CANCELLED]
+            cancelling = [j.id for j in mine if j.state is JobState.RUNNING]
         return _answer(
             {
-                "cancelled": [j.id for j in mine if j.state is JobState.CANCELLED],
-                "cancelling": [j.id for j in mine if j.state is JobState.RUNNING],
+                "cancelled": cancelled,
+                "cancelling": cancelling,
                 "unknown": [j for j in named if j not in found_ids],
                 "refused": refused,
             }
@@ -218,7 +257,7 @@ def _states(text: str) -> frozenset[JobState]:
 
 def _limit(text: str | None) -> int:
     if text is None:
-        return LIST_LIMIT_MAX
+        return LIST_LIMIT_DEFAULT
     if not text.isdigit() or not 0 < int(text) <= LIST_LIMIT_MAX:
         raise BadParameter("limit", f"{text!r} is not a whole number from 1 to {LIST_LIMIT_MAX}")
     return int(text)

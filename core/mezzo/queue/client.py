@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -23,22 +24,24 @@ from typing import Any
 from ..errors import RequestFailed
 
 SOCKET_ENV = "MEZZO_QUEUE"
+ROOT_SOCKET = "/run/mezzo/queue.sock"
 ANSWER_MAX_BYTES = 256 << 20
 
 
 def default_socket() -> str:
     """Where the queue listens unless told: ``$MEZZO_QUEUE``, else ``/run/mezzo/queue.sock``
-    for root, else ``$XDG_RUNTIME_DIR/mezzo-queue.sock`` (``/tmp/mezzo-queue-UID.sock``
-    without one)."""
+    for root, else ``$XDG_RUNTIME_DIR/mezzo-queue.sock`` (``~/.local/state/mezzo/queue.sock``
+    without one). A user without a queue of their own uses root's by naming it."""
     named = os.environ.get(SOCKET_ENV)
     if named:
         return named
     if os.geteuid() == 0:
-        return "/run/mezzo/queue.sock"
+        return ROOT_SOCKET
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         return str(Path(runtime) / "mezzo-queue.sock")
-    return f"/tmp/mezzo-queue-{os.geteuid()}.sock"
+    # Never a shared directory such as /tmp: another user could take the name first.
+    return str(Path.home() / ".local/state/mezzo/queue.sock")
 
 
 def default_state_dir() -> str:
@@ -51,6 +54,10 @@ def default_state_dir() -> str:
 
 class QueueUnreachable(RequestFailed):
     """Nothing serves the queue's socket."""
+
+
+class UntrustedQueue(QueueUnreachable):
+    """The socket is served by a user other than root or the caller."""
 
 
 class QueueRefused(RequestFailed):
@@ -71,9 +78,15 @@ class _UnixConnection(http.client.HTTPConnection):
         sock.settimeout(self.timeout)
         try:
             sock.connect(self.path)
+            _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         except BaseException:
             sock.close()
             raise
+        if uid not in (0, os.geteuid()):
+            # Whoever serves it would see the command (and could answer anything): only a
+            # queue of root's or of this user's is trusted.
+            sock.close()
+            raise UntrustedQueue(f"{self.path} is served by uid {uid}, neither root nor you: not used")
         self.sock = sock
 
 
@@ -101,6 +114,8 @@ class QueueClient:
             conn.request(method, target, body=body, headers=headers)
             answer = conn.getresponse()
             data = answer.read(ANSWER_MAX_BYTES)
+        except UntrustedQueue:
+            raise
         except (FileNotFoundError, ConnectionRefusedError):
             raise QueueUnreachable(
                 f"no queue at {self.path} (start one: mezzo queue, or mezzo local --queue; "

@@ -34,6 +34,8 @@ from .journal import Journal
 log = structlog.get_logger("mezzo.queue", component="queue")
 
 TICK_SECONDS = 5.0
+SOCKET_PATH_MAX = 107
+"""Bytes of a unix socket's path (sun_path, less its terminating NUL)."""
 CLUSTER_VIEW_SECONDS = 5.0
 """How long what the master said of its largest agent is used before it is asked again."""
 DEFAULT_FAILOVER_TIMEOUT = 7 * 24 * 3600.0
@@ -59,6 +61,8 @@ class QueueDaemon:
     def __init__(self, settings: QueueSettings, *, tls: TlsConfig | None = None) -> None:
         self.settings = settings
         self.socket_path = settings.socket or default_socket()
+        self.serves_everyone = os.geteuid() == 0
+        """Root's queue takes every local user's jobs; anyone else's only its own user's."""
         self.table = JobTable(settings.limits)
         self.journal = Journal(settings.state_dir or default_state_dir())
         self.framework = QueueFramework(self.table, self.journal)
@@ -70,31 +74,36 @@ class QueueDaemon:
         self._cluster_viewed_at = -float("inf")
 
     async def start(self) -> None:
-        self.journal.load(self.table)
+        """Claim the socket, then the journal (each refused, one line, when another queue
+        holds it), connect to the master and serve. Raises ConfigError naming the key."""
         await self._claim_socket()
-        framework = mezzo.FrameworkInfo(
-            name=self.settings.name,
-            role=self.settings.role,
-            framework_id=self.journal.framework_id or "",
-            failover_timeout=self.settings.failover_timeout,
-        )
+        self.journal.load(self.table)
         loop = asyncio.get_running_loop()
 
-        def refused() -> None:
-            loop.call_soon_threadsafe(self.stopped.set)
+        def refused(removed: bool) -> None:
+            loop.call_soon_threadsafe(self._register_anew if removed else self.stopped.set)
 
         self.framework.on_refused = refused
-        self.driver = mezzo.SchedulerDriver(self.framework, framework, self.settings.master, tls=self.tls)
-        self.framework.driver = self.driver
         self._runner = web.AppRunner(
-            queue_app(self.framework, self.learn_cluster), handle_signals=False, access_log=None
+            queue_app(self.framework, self.learn_cluster, everyone=self.serves_everyone),
+            handle_signals=False,
+            access_log=None,
         )
         await self._runner.setup()
         site = web.UnixSite(self._runner, self.socket_path)
-        await site.start()
-        # Every local user may submit: the kernel tells the queue who they are.
-        os.chmod(self.socket_path, 0o666)
-        self.driver.start()
+        # The socket is made with its mode (no chmod after the bind, which a path swapped
+        # for a symlink meanwhile would redirect): everyone's when root runs the queue (the
+        # kernel names each caller, and jobs run as their submitter), else its user's alone.
+        umask = os.umask(0o111 if self.serves_everyone else 0o177)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(
+                "queue.socket", f"cannot listen at {self.socket_path}: {exc.strerror}"
+            ) from None
+        finally:
+            os.umask(umask)
+        self._start_driver(self.journal.framework_id or "")
         self._ticker = asyncio.ensure_future(self._tick())
         log.info(
             "queue serving",
@@ -105,6 +114,27 @@ class QueueDaemon:
             running=len(self.table.running),
             framework=self.journal.framework_id,
         )
+
+    def _start_driver(self, framework_id: str) -> None:
+        framework = mezzo.FrameworkInfo(
+            name=self.settings.name,
+            role=self.settings.role,
+            framework_id=framework_id,
+            failover_timeout=self.settings.failover_timeout,
+        )
+        try:
+            self.driver = mezzo.SchedulerDriver(self.framework, framework, self.settings.master, tls=self.tls)
+        except ValueError as exc:  # the master's address
+            raise ConfigError("queue.master", str(exc)) from None
+        self.framework.driver = self.driver
+        self.driver.start()
+
+    def _register_anew(self) -> None:
+        """The master removed the queue's framework (down past its failover timeout, or torn
+        down): its tasks were killed, so its running jobs are queued again
+        (:meth:`QueueFramework.forget_framework`), and the queue registers as a new framework."""
+        log.warning("the master removed the queue's framework; registering anew")
+        self._start_driver("")
 
     async def stop(self) -> None:
         if self._ticker is not None:
@@ -155,14 +185,25 @@ class QueueDaemon:
             largest = (overview.get("resources") or {}).get("largest_agent") or {}
             return {k: float(v) for k, v in largest.items() if k in ("cpus", "mem")} or None
 
-        self.framework.largest_agent = await asyncio.get_running_loop().run_in_executor(None, ask)
+        try:
+            largest = await asyncio.get_running_loop().run_in_executor(None, ask)
+        except Exception:  # a bug of ours must not fail a submission already queued
+            log.exception("learning the cluster's largest agent failed")
+            return
+        with self.framework.lock:
+            self.framework.largest_agent = largest
 
     async def _claim_socket(self) -> None:
         """Make the socket's directory; take over a socket file a dead queue left, refuse
         one a live queue serves."""
         path = Path(self.socket_path)
+        if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+            raise ConfigError(
+                "queue.socket", f"{path} is longer than a unix socket's {SOCKET_PATH_MAX} bytes"
+            )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Made reachable by others only for root's queue (/run/mezzo), else private.
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755 if self.serves_everyone else 0o700)
         except OSError as exc:
             raise ConfigError("queue.socket", f"cannot create {path.parent}: {exc.strerror}") from None
         try:
@@ -176,7 +217,12 @@ class QueueDaemon:
             probe.settimeout(1.0)
             probe.connect(str(path))
         except OSError:
-            path.unlink()  # nobody serves it: a queue that died left it
+            try:
+                path.unlink()  # nobody serves it: a queue that died left it
+            except OSError as exc:
+                raise ConfigError(
+                    "queue.socket", f"cannot remove the stale socket {path}: {exc.strerror}"
+                ) from None
             return
         finally:
             probe.close()

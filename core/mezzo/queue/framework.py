@@ -22,6 +22,7 @@ Callbacks run on the driver thread, the API's calls on the daemon's loop: both h
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ import structlog
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo, TaskState, TaskStatus
 
-from .jobs import Job, JobTable, Submission
+from .jobs import Job, JobState, JobTable, Submission
 from .journal import Journal
 
 log = structlog.get_logger("mezzo.queue", component="queue")
@@ -43,6 +44,15 @@ soon as more is free on the agent)."""
 IDLE_REFUSE_SECONDS = 60.0
 """How long an offer is refused while no job waits (offers are suppressed too)."""
 RECONCILE_AGAIN_SECONDS = 30.0
+"""How often tasks the master did not know are asked about again."""
+RECONCILE_ALL_SECONDS = 300.0
+"""How often every running task is asked about (a reconciliation the master dropped, or
+an end the queue missed, is settled within this)."""
+REMOVED = re.compile(r"framework \S+ was (torn down|removed)\b")
+"""The master's error to a framework it removed: torn down by an operator while connected,
+or named again after its removal (its failover timeout passed): mezzo.master.service."""
+TASK_UNKNOWN = "task_unknown"
+"""The reason of the master's TASK_LOST for a task it does not know (a kill of one)."""
 
 
 class QueueFramework(mezzo.Scheduler):
@@ -61,11 +71,13 @@ class QueueFramework(mezzo.Scheduler):
         self._unknown: set[str] = set()
         """Task ids the master last answered TASK_UNKNOWN for."""
         self._reconciled_at = 0.0
+        self._reconciled_all_at = 0.0
         self.largest_agent: dict[str, float] | None = None
         """The most cpus and mem an active agent has (the master's ``/overview``; None:
         not known), to tell a user whose job no agent could ever hold."""
-        self.on_refused: Callable[[], None] | None = None
-        """Called (on the driver thread) when the master refuses the queue for good."""
+        self.on_refused: Callable[[bool], None] | None = None
+        """Called (on the driver thread) when the master refuses the queue: True when it
+        removed the queue's framework (register anew), False for good."""
 
     # -- the API's side (any thread) ---------------------------------------------------
 
@@ -74,7 +86,7 @@ class QueueFramework(mezzo.Scheduler):
         with self.lock:
             jobs = self.table.submit(submission, user)
             self.journal.jobs_changed(jobs, sync=True)
-            self._want_offers()
+            self._revive()
         log.info("submitted", jobs=len(jobs), first=jobs[0].id, user=user, command=submission.command[:200])
         return jobs
 
@@ -84,12 +96,13 @@ class QueueFramework(mezzo.Scheduler):
         with self.lock:
             changed = []
             for job in jobs:
+                was = (job.state, job.cancelling)
                 task_id = self.table.cancel(job)
                 if task_id is not None:
                     kills.append(task_id)
-                changed.append(job)
+                if (job.state, job.cancelling) != was:
+                    changed.append(job)
             self.journal.jobs_changed(changed, sync=True)
-            self._want_offers()
         for task_id in kills:
             self.driver.kill_task(task_id)
 
@@ -110,9 +123,12 @@ class QueueFramework(mezzo.Scheduler):
         with self.lock:
             self.journal.maybe_compact(self.table)
             self._unknown &= self.table.running.keys()
-            again = self.master is not None and self._unknown
-            due = time.monotonic() - self._reconciled_at >= RECONCILE_AGAIN_SECONDS
-            if again and due:
+            if self.master is None:
+                return
+            now = time.monotonic()
+            if now - self._reconciled_all_at >= RECONCILE_ALL_SECONDS:
+                self._reconcile(list(self.table.running))
+            elif self._unknown and now - self._reconciled_at >= RECONCILE_AGAIN_SECONDS:
                 self._reconcile(list(self._unknown))
 
     # -- the driver's callbacks ----------------------------------------------------------
@@ -124,16 +140,31 @@ class QueueFramework(mezzo.Scheduler):
         self._connected(framework_id, master, "re-registered")
 
     def disconnected(self, driver) -> None:
-        self.master = None
-        self.lost_since = time.time()
+        with self.lock:
+            self.master = None
+            self.lost_since = time.time()
         log.warning("lost the master; jobs stay queued until it is back")
 
     def error(self, driver, message) -> None:
-        self.master = None
-        self.lost_since = time.time()
+        removed = REMOVED.match(message) is not None
+        with self.lock:
+            self.master = None
+            self.lost_since = time.time()
+            if removed:
+                self.forget_framework()
         log.error("the master refused the queue", message=message)
         if self.on_refused is not None:
-            self.on_refused()
+            self.on_refused(removed)
+
+    def forget_framework(self) -> None:
+        """(Lock held.) The master removed the queue's framework, killing its tasks: their
+        jobs are queued again (a cancelled one ends) and the next registration is a new
+        framework's."""
+        jobs = self.table.requeue_running()
+        self.journal.jobs_changed(jobs, sync=True)
+        self.journal.framework_registered("")
+        self._unknown.clear()
+        self._offers_wanted = None
 
     def resource_offers(self, driver, offers) -> None:
         for offer in offers:
@@ -149,32 +180,46 @@ class QueueFramework(mezzo.Scheduler):
                 driver.launch_tasks([offer.offer_id], tasks, Filters(refuse_seconds=refuse))
             else:
                 driver.decline_offer(offer.offer_id, Filters(refuse_seconds=refuse))
-        with self.lock:
-            self._want_offers()
+        if not waiting:
+            with self.lock:
+                self._suppress()
 
     def status_update(self, driver, status: TaskStatus) -> None:
         state = mezzo.state_name(status.state)
+        kill_again = False
         with self.lock:
-            if status.state == TaskState.TASK_UNKNOWN:
+            running = self.table.running.get(status.task_id)
+            unknown_kill = running is not None and running.cancelling and status.reason == TASK_UNKNOWN
+            if status.state == TaskState.TASK_UNKNOWN or unknown_kill:
+                # The master does not know the task (yet: an agent not back after a failover).
+                # Not its end: asked again until the master knows; a cancel's kill with it.
                 self._unknown.add(status.task_id)
-                job = self.table.running.get(status.task_id)
-                if job is not None:
-                    job.last = f"{state}: {status.message}" if status.message else state
+                if running is not None:
+                    running.last = f"{state}: {status.message}" if status.message else state
                 return
             self._unknown.discard(status.task_id)
             if not mezzo.is_terminal(status.state):
-                return
-            job = self.table.task_ended(
-                status.task_id,
-                state,
-                reason=status.reason or "",
-                message=status.message or "",
-                exit_code=status.exit_code,
-            )
-            if job is None:
-                return
-            self.journal.jobs_changed([job])
-            self._want_offers()
+                kill_again = running is not None and running.cancelling and status.reason == "reconciliation"
+                job = None
+            else:
+                job = self.table.task_ended(
+                    status.task_id,
+                    state,
+                    reason=status.reason or "",
+                    message=status.message or "",
+                    exit_code=status.exit_code,
+                )
+                if job is not None:
+                    self.journal.jobs_changed([job], sync=True)
+                    if job.state is JobState.QUEUED:
+                        self._revive()
+        if kill_again:  # a cancelled job's task the master has just found again
+            driver.kill_task(status.task_id)
+        if job is None:
+            return
+        self._log_end(job, status)
+
+    def _log_end(self, job: Job, status: TaskStatus) -> None:
         if job.state.ended:
             log.info("job ended", job=job.id, task=status.task_id, state=job.state.value, last=job.last)
         else:
@@ -188,13 +233,19 @@ class QueueFramework(mezzo.Scheduler):
             self.master = master
             self.lost_since = None
             self._offers_wanted = None  # a master that failed over knows nothing of it
-            self._want_offers()
+            self._revive()
             self._reconcile(list(self.table.running))
+            # A kill may have been lost with the master (or the queue's last run): again.
+            kills = [job.task_id for job in self.table.cancelling() if job.task_id is not None]
+        for task_id in kills:
+            self.driver.kill_task(task_id)
         log.info(f"queue {how}", master=master, framework=framework_id)
 
     def _reconcile(self, task_ids: list[str]) -> None:
         """(Lock held.) Ask the master for the state of these tasks of ours."""
         self._reconciled_at = time.monotonic()
+        if len(task_ids) == len(self.table.running):
+            self._reconciled_all_at = self._reconciled_at
         statuses = []
         for task_id in task_ids:
             job = self.table.running.get(task_id)
@@ -205,12 +256,20 @@ class QueueFramework(mezzo.Scheduler):
         if statuses and self.driver is not None:
             self.driver.reconcile_tasks(statuses)
 
-    def _want_offers(self) -> None:
-        """(Lock held.) Revive offers when jobs wait, suppress them when none does."""
-        wanted = bool(self.table.queued)
-        if wanted != self._offers_wanted and self.driver is not None:
-            self._offers_wanted = wanted
-            self.driver.set_needs_offers(wanted)
+    def _revive(self) -> None:
+        """(Lock held.) Ask for offers again if they were suppressed and a job waits."""
+        if self.table.queued and self._offers_wanted is not True and self.driver is not None:
+            self._offers_wanted = True
+            self.driver.set_needs_offers(True)
+
+    def _suppress(self) -> None:
+        """(Lock held.) Stop offers while no job waits. Only ever called when an offer came
+        and nothing wanted it, so a user submitting and cancelling in a loop costs the
+        master at most one suppress per allocation cycle, never a call per request (the
+        master disconnects a framework past its call rate)."""
+        if not self.table.queued and self._offers_wanted is not False and self.driver is not None:
+            self._offers_wanted = False
+            self.driver.set_needs_offers(False)
 
     def _task_of(self, job: Job, offer: Any) -> TaskInfo:
         """(Lock held.) ``job``'s next task on ``offer``, recorded as launched."""

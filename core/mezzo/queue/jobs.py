@@ -47,6 +47,10 @@ class SubmissionError(ValueError):
         self.problem = problem
 
 
+class QueueFull(SubmissionError):
+    """The queue holds as many waiting jobs as it may: not the submission's fault."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one user request may make the queue hold (peers are untrusted)."""
@@ -57,6 +61,11 @@ class Limits:
     """Jobs in one submission."""
     max_command_bytes: int = 64 * 1024
     """Length of a command (UTF-8)."""
+    max_submission_bytes: int = 16 << 20
+    """Jobs times command length in one submission: each job of an array holds its own
+    command (``{index}`` filled in)."""
+    max_amount: float = 1e9
+    """The most cpus or mem a job may ask (as much as an agent may have)."""
     max_retries: int = 100
     max_ended: int = 10_000
     """Ended jobs remembered for listings (oldest forgotten first)."""
@@ -183,7 +192,7 @@ _TASK_ENDS = {
     "TASK_DROPPED": "requeue",
     "TASK_ERROR": "fail",
 }
-REQUEUE_REASONS = frozenset({"revoked", "agent_overcommitted", "master_disconnected"})
+REQUEUE_REASONS = frozenset({"revoked", "agent_overcommitted", "agent_drained", "master_disconnected"})
 """Task end reasons that are the cluster's doing, not the job's: requeued uncounted."""
 
 
@@ -216,14 +225,22 @@ class JobTable:
             raise SubmissionError("command", "empty")
         if len(sub.command.encode()) > limits.max_command_bytes:
             raise SubmissionError("command", f"longer than {limits.max_command_bytes} bytes")
+        for name, amount in (("cpus", sub.cpus), ("mem", sub.mem)):
+            if not 0 <= amount <= limits.max_amount:
+                raise SubmissionError(name, f"{amount:g} is not between 0 and {limits.max_amount:g}")
         if not 0 <= sub.retries <= limits.max_retries:
             raise SubmissionError("retries", f"{sub.retries} is not between 0 and {limits.max_retries}")
         first, last = sub.array if sub.array is not None else (0, 0)
         count = last - first + 1
         if count < 1 or count > limits.max_array:
             raise SubmissionError("array", f"{count} jobs in one submission; at most {limits.max_array}")
-        if self.waiting + count > limits.max_waiting:
+        if count * len(sub.command.encode()) > limits.max_submission_bytes:
             raise SubmissionError(
+                "array",
+                f"{count} jobs of a {len(sub.command.encode())}-byte command: more than {limits.max_submission_bytes} bytes",
+            )
+        if self.waiting + count > limits.max_waiting:
+            raise QueueFull(
                 "array" if count > 1 else "command",
                 f"the queue is full: {self.waiting} jobs waiting, at most {limits.max_waiting}",
             )
@@ -252,14 +269,18 @@ class JobTable:
         """The jobs named: an id (``42_7``) or a submission (``42``: all its jobs). One
         pass over the table however many submissions are named."""
         numbers = set()
+        named = {}
         for job_id in job_ids:
             job = self.jobs.get(job_id)
             if job is not None:
-                yield job
+                named[job.id] = job
             elif job_id.isdigit():
                 numbers.add(int(job_id))
         if numbers:
-            yield from [j for j in self.jobs.values() if j.submission in numbers and j.index is not None]
+            named.update(
+                (j.id, j) for j in self.jobs.values() if j.submission in numbers and j.index is not None
+            )
+        yield from named.values()  # each job once, however often it was named
 
     def cancel(self, job: Job, now: float | None = None) -> str | None:
         """Cancel ``job``: a queued one ends now (None); a running one is marked and the
@@ -268,10 +289,27 @@ class JobTable:
             del self.queued[job.id]
             self._end(job, JobState.CANCELLED, now, "cancelled before it ran")
             return None
-        if job.state is JobState.RUNNING:
+        if job.state is JobState.RUNNING and not job.cancelling:
             job.cancelling = True
             return job.task_id
-        return None
+        return None  # ended, or its kill asked for already
+
+    def cancelling(self) -> list[Job]:
+        """Running jobs cancelled whose tasks have not ended yet (their kills are asked
+        again after a re-registration: a kill may have been lost with the master)."""
+        return [job for job in self.running.values() if job.cancelling]
+
+    def requeue_running(self, now: float | None = None) -> list[Job]:
+        """Every running job back in the queue (uncounted), a cancelled one ended: what the
+        master's removal of the queue's framework did to their tasks (it killed them)."""
+        jobs = list(self.running.values())
+        self.running.clear()
+        for job in jobs:
+            if job.cancelling:
+                self._end(job, JobState.CANCELLED, now, "cancelled; its task was killed with the framework")
+            else:
+                self._requeue(job)
+        return jobs
 
     # -- what the cluster offers and reports ----------------------------------------
 

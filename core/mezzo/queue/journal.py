@@ -20,6 +20,7 @@ stops the start with an error naming the file and line (nothing is guessed).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from ..errors import MezzoError
 from .jobs import Job, JobTable
 
 JOURNAL_NAME = "jobs.journal"
+LOCK_NAME = "lock"
 COMPACT_SLACK = 10_000
 """Lines beyond twice the live records the journal may hold before it is rewritten."""
 
@@ -46,6 +48,8 @@ class Journal:
         self.path = self.directory / JOURNAL_NAME
         self.framework_id: str | None = None
         self._file: IO[str] | None = None
+        self._lock: int | None = None
+        """The state directory's lock file, ``flock`` ed: one queue per directory."""
         self._lines = 0
 
     def load(self, table: JobTable) -> None:
@@ -53,6 +57,16 @@ class Journal:
         for appending."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._lock = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise JournalError(f"queue state {self.directory}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            self._lock = None
+            raise JournalError(f"queue state {self.directory}: another queue uses it") from None
+        try:
             text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
         except OSError as exc:
             raise JournalError(f"queue journal {self.path}: {exc.strerror or exc}") from None
@@ -92,8 +106,9 @@ class Journal:
         self._write([{"job": job.to_dict()} for job in jobs], sync)
 
     def framework_registered(self, framework_id: str) -> None:
-        if framework_id != self.framework_id:
-            self.framework_id = framework_id
+        """Record the queue's framework id ("" forgets it: the next registration is new)."""
+        if (framework_id or None) != self.framework_id:
+            self.framework_id = framework_id or None
             self._write([{"framework_id": framework_id}], sync=True)
 
     def maybe_compact(self, table: JobTable) -> None:
@@ -114,6 +129,11 @@ class Journal:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, self.path)
+            directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)  # the rename itself, or a crash could bring the old file back
+            finally:
+                os.close(directory)
             if self._file is not None:
                 self._file.close()
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open
@@ -125,6 +145,9 @@ class Journal:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._lock is not None:
+            os.close(self._lock)  # and with it the lock
+            self._lock = None
 
     def _write(self, records: list[dict[str, Any]], sync: bool) -> None:
         if self._file is None or not records:
