@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 
@@ -262,3 +264,41 @@ def test_amounts_and_the_bytes_of_a_submission_are_bounded():
     with pytest.raises(SubmissionError, match="more than 1000 bytes"):
         table.submit(Submission("x" * 100, array=(1, 11)), "u")
     assert table.submit(Submission("x" * 100, array=(1, 10)), "u")
+
+
+def test_a_launch_that_could_not_be_recorded_is_undone():
+    table = JobTable()
+    table.submit(Submission("x", array=(1, 3)), "u")
+    jobs = table.fitting(cpus=2, mem=1000)
+    for job in jobs:
+        table.launched(job, table.task_id_for(job), "a", "h")
+    table.not_launched(jobs)
+    assert list(table.queued) == ["1_1", "1_2", "1_3"] and not table.running
+    assert table.task_id_for(table.jobs["1_1"]) == "job-1_1.1"
+
+
+def test_a_failed_journal_write_leaves_no_half_line_and_queues_nothing(tmp_path, monkeypatch):
+    from mezzo.queue.framework import QueueFramework
+
+    table = JobTable()
+    journal = Journal(tmp_path)
+    journal.load(table)
+    queue = QueueFramework(table, journal)
+    queue.submit(Submission("first"), "u")
+    size = journal.path.stat().st_size
+    real_write = os.write
+
+    def full_disk(fd, data):
+        real_write(fd, data[: len(data) // 2])  # half of it lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("mezzo.queue.journal.os.write", full_disk)
+    with pytest.raises(JournalError, match="No space left on device"):
+        queue.submit(Submission("second", array=(1, 50)), "u")
+    monkeypatch.undo()
+    assert journal.path.stat().st_size == size and list(table.jobs) == ["1"]
+    assert [j.id for j in queue.submit(Submission("third"), "u")] == ["2"]
+    journal.close()
+    again = JobTable()
+    Journal(tmp_path).load(again)
+    assert list(again.jobs) == ["1", "2"]

@@ -40,6 +40,7 @@ from aiohttp import web
 from ..http.server import BadParameter, dumps, json_errors
 from .framework import QueueFramework
 from .jobs import Job, JobState, QueueFull, Submission, SubmissionError, never_fits, parse_array
+from .journal import JournalError
 
 MAX_BODY_BYTES = 1 << 20
 LIST_LIMIT_MAX = 100_000
@@ -158,6 +159,8 @@ class _Endpoints:
             jobs = self.queue.submit(submission, user)
         except QueueFull as exc:
             return _answer({"error": exc.problem, "status": 503}, status=503)
+        except JournalError as exc:
+            return _answer({"error": f"not queued: {exc}", "status": 503}, status=503)
         except SubmissionError as exc:
             raise BadParameter(exc.field, exc.problem) from None
         await self.learn_cluster()

@@ -34,7 +34,7 @@ import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo, TaskState, TaskStatus
 
 from .jobs import Job, JobState, JobTable, Submission
-from .journal import Journal
+from .journal import Journal, JournalError
 
 log = structlog.get_logger("mezzo.queue", component="queue")
 
@@ -85,7 +85,11 @@ class QueueFramework(mezzo.Scheduler):
         """Queue ``submission``'s jobs for ``user`` (on disk before this returns)."""
         with self.lock:
             jobs = self.table.submit(submission, user)
-            self.journal.jobs_changed(jobs, sync=True)
+            try:
+                self.journal.jobs_changed(jobs, sync=True)
+            except JournalError:
+                self.table.withdraw(jobs)  # not on disk: not queued (the user hears so)
+                raise
             self._revive()
         log.info("submitted", jobs=len(jobs), first=jobs[0].id, user=user, command=submission.command[:200])
         return jobs
@@ -167,13 +171,20 @@ class QueueFramework(mezzo.Scheduler):
         self._offers_wanted = None
 
     def resource_offers(self, driver, offers) -> None:
+        waiting = True
         for offer in offers:
             free = Resources.of(offer.resources)
             with self.lock:
                 jobs = self.table.fitting(free.get("cpus"), free.get("mem"))
                 tasks = [self._task_of(job, offer) for job in jobs]
                 if tasks:
-                    self.journal.jobs_changed(jobs, sync=True)
+                    try:
+                        self.journal.jobs_changed(jobs, sync=True)
+                    except JournalError:
+                        # Not launched unless on disk (a restart would run them again).
+                        log.exception("cannot record launches; the jobs wait", jobs=len(jobs))
+                        self.table.not_launched(jobs)
+                        tasks = []
                 waiting = bool(self.table.queued)
             refuse = REST_REFUSE_SECONDS if waiting else IDLE_REFUSE_SECONDS
             if tasks:

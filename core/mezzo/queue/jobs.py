@@ -265,6 +265,14 @@ class JobTable:
             added.append(job)
         return added
 
+    def withdraw(self, jobs: list[Job]) -> None:
+        """Take back the jobs of a submission just made (its journal write failed)."""
+        for job in jobs:
+            self.jobs.pop(job.id, None)
+            self.queued.pop(job.id, None)
+        if jobs and jobs[0].submission == self.next_submission - 1:
+            self.next_submission -= 1
+
     def select(self, job_ids: Iterable[str]) -> Iterator[Job]:
         """The jobs named: an id (``42_7``) or a submission (``42``: all its jobs). One
         pass over the table however many submissions are named."""
@@ -345,6 +353,15 @@ class JobTable:
         job.started = time.time() if now is None else now
         job.exit_code = None
         self.running[task_id] = job
+
+    def not_launched(self, jobs: list[Job]) -> None:
+        """Undo :meth:`launched` for ``jobs`` (their launch could not be recorded): queued
+        again, at the front, as they were."""
+        for job in reversed(jobs):
+            self.running.pop(job.task_id or "", None)
+            job.launches -= 1
+            self._requeue(job)
+            self.queued.move_to_end(job.id, last=False)
 
     def task_ended(
         self,

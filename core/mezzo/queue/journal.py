@@ -20,6 +20,7 @@ stops the start with an error naming the file and line (nothing is guessed).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -150,13 +151,21 @@ class Journal:
             self._lock = None
 
     def _write(self, records: list[dict[str, Any]], sync: bool) -> None:
+        """Append ``records``: all of them, or (a full disk, an I/O error) none, the file
+        cut back to where it was so that no half line is left for the next start to refuse."""
         if self._file is None or not records:
             return
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+        fd = self._file.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            self._file.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-            self._file.flush()
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
             if sync:
-                os.fsync(self._file.fileno())
+                os.fsync(fd)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
             raise JournalError(f"queue journal {self.path}: {exc.strerror or exc}") from None
         self._lines += len(records)
