@@ -11,8 +11,11 @@ then two frameworks in this process:
 Both want more than the cluster has. Each takes at most ``--per-offer`` tasks
 from an offer and hands the rest straight back, so the master's allocator (DRF)
 decides who gets the next bite: the two end up with about the same *dominant*
-share, render holding most of the cpus and etl most of the memory. A progress
-line per second shows what each holds; at the end a summary says what each got.
+share, render holding most of the cpus and etl most of the memory. A third
+framework shares the cluster with them: the batch queue (``mezzo local --queue``),
+to which the demo hands an array of ``--jobs`` jobs with ``mezzo submit``, as a
+user would. A progress line per second shows what each holds; at the end a
+summary says what each got.
 
     python examples/demo.py [--tasks N] [--task-seconds S]
 """
@@ -33,6 +36,8 @@ import mezzo.config
 import mezzo.log
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.config import TlsConfig
+from mezzo.errors import RequestFailed
+from mezzo.queue.client import QueueClient
 from mezzo.state_client import MasterUnreachable, fetch_state
 from mezzo.testing import free_port
 
@@ -110,11 +115,35 @@ def wait_for_cluster(master: str, agents: int, proc: subprocess.Popen, client_co
     raise SystemExit("the local cluster did not come up in time")
 
 
+def queue_registered(queue: QueueClient) -> bool:
+    try:
+        return bool(queue.get("/health")["queue"]["registered"])
+    except RequestFailed:
+        return False
+
+
+def job_counts(queue: QueueClient) -> dict[str, int]:
+    """How many of the queue's jobs are in each state."""
+    counts: dict[str, int] = {}
+    for job in queue.get("/jobs", state="all")["jobs"]:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    return counts
+
+
+def wait_until(predicate, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", type=int, default=40, help="tasks per framework (default 40)")
     p.add_argument("--task-seconds", type=float, default=1.5, help="how long each task runs (default 1.5)")
     p.add_argument("--per-offer", type=int, default=2, help="most tasks a framework takes from one offer (default 2)")
+    p.add_argument("--jobs", type=int, default=20, help="jobs submitted to the batch queue (default 20)")
     args = p.parse_args()
     mezzo.log.configure("warning")
 
@@ -122,12 +151,15 @@ def main() -> int:
     master = f"127.0.0.1:{port}"
     work = tempfile.mkdtemp(prefix="mezzo-demo-")
     log_path = os.path.join(work, "cluster.log")
-    print(f"starting a local cluster: master {master}, 3 agents x (4 cpus, 4 GB); logs in {log_path}")
+    queue_socket = os.path.join(work, "queue.sock")
+    print(f"starting a local cluster: master {master}, 3 agents x (4 cpus, 4 GB), the batch queue; "
+          f"logs in {log_path}")
     with open(log_path, "wb") as logf:
         cluster = subprocess.Popen(
             [sys.executable, "-m", "mezzo", "local", "--agents", "3", "--listen", master,
-             "--resources", "cpus:4;mem:4096", "--work-dir", work],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+             "--resources", "cpus:4;mem:4096", "--work-dir", work, "--queue"],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, MEZZO_QUEUE=queue_socket))
     try:
         tls = wait_for_cluster(master, 3, cluster, os.path.join(work, "client.toml"))
         frameworks = [
@@ -139,9 +171,19 @@ def main() -> int:
             d = mezzo.SchedulerDriver(fw, FrameworkInfo(name=fw.name), master, tls=tls)
             d.start()
             drivers.append(d)
+        queue = QueueClient(queue_socket)
+        wait_until(lambda: queue_registered(queue), 20, "the batch queue to register")
+        submit = [sys.executable, "-m", "mezzo", "submit", "--queue", queue_socket, "--array", f"1-{args.jobs}",
+                  "--cpus", "0.5", "--mem", "512", "--name", "demo", "--", f"sleep {args.task_seconds}"]
+        submitted = subprocess.run(submit, capture_output=True, text=True)
+        if submitted.returncode != 0:
+            raise SystemExit(f"mezzo submit failed: {submitted.stderr.strip()}")
+        print(f"$ mezzo submit --array 1-{args.jobs} --cpus 0.5 --mem 512 -- sleep {args.task_seconds:g}\n"
+              f"{submitted.stdout.strip()}")
         started = time.monotonic()
         samples: dict[str, list[float]] = {fw.name: [] for fw in frameworks}
-        while not all(fw.done.is_set() for fw in frameworks):
+        jobs: dict[str, int] = {}
+        while not all(fw.done.is_set() for fw in frameworks) or jobs.get("FINISHED", 0) + jobs.get("FAILED", 0) < args.jobs:
             time.sleep(1.0)
             state = fetch_state(master, 5, tls)
             shares = {f["name"]: f for f in state["frameworks"]}
@@ -155,6 +197,8 @@ def main() -> int:
                 parts.append(f"{fw.name}: {fw.running:2d} running {fw.finished:3d}/{fw.total} done, "
                              f"{used.get('cpus', 0):4.1f} cpus {used.get('mem', 0) / 1024:4.1f} GB, "
                              f"dominant share {share:4.2f}")
+            jobs = job_counts(queue)
+            parts.append(f"queue: {jobs.get('RUNNING', 0):2d} running {jobs.get('FINISHED', 0):3d}/{args.jobs} done")
             print(f"[{time.monotonic() - started:5.1f}s] " + " | ".join(parts), flush=True)
             if time.monotonic() - started > 300:
                 print("the demo took too long; stopping")
@@ -169,7 +213,9 @@ def main() -> int:
             mean = sum(samples[fw.name]) / len(samples[fw.name]) if samples[fw.name] else 0.0
             print(f"  {fw.name:<10} {fw.finished:>4}/{fw.total:<4} {fw.failed:>7} {fw.peak_running:>13} "
                   f"{fw.cpu_seconds:>12.1f} {mean:>20.2f}")
-        ok = all(fw.finished == fw.total for fw in frameworks)
+        print(f"  {'queue':<10} {jobs.get('FINISHED', 0):>4}/{args.jobs:<4} {jobs.get('FAILED', 0):>7}   "
+              "(jobs of mezzo submit --array)")
+        ok = all(fw.finished == fw.total for fw in frameworks) and jobs.get("FINISHED", 0) == args.jobs
         print("\nall tasks finished." if ok else "\nsome tasks did not finish.")
         return 0 if ok else 1
     finally:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 SUBCOMMANDS = ["master", "agent", "local", "run", "state", "plugins", "ps", "task", "logs", "kill",
-               "agents", "frameworks", "drain", "undrain"]
+               "agents", "frameworks", "drain", "undrain", "queue", "submit", "jobs", "cancel"]
 
 
 def mezzo(*args, timeout=60, **kw):

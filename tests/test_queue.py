@@ -475,3 +475,61 @@ def test_a_queue_the_master_removed_registers_anew_and_runs_its_jobs_again(queue
     job = queue.wait_until_none_waiting()["1"]
     assert job["state"] == "FINISHED" and job["attempts"] == 1, job
     assert queue.proc is not None and queue.proc.poll() is None
+
+
+def test_mezzo_local_queue_runs_the_queue_over_tls_with_the_cluster(tmp_path):
+    """`mezzo local --queue`: TLS by default, the queue registered with the operator's
+    certificate, its socket where $MEZZO_QUEUE says, its journal in the work dir."""
+    socket_path = tmp_path / "local-queue.sock"
+    work = tmp_path / "work"
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mezzo",
+            "local",
+            "--agents",
+            "1",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--resources",
+            "cpus:2;mem:1024",
+            "--work-dir",
+            str(work),
+            "--queue",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, MEZZO_QUEUE=str(socket_path)),
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().strip() for _ in range(2)]
+        assert lines[0].startswith("mezzo local: TLS on, throw-away certificates")
+        assert lines[1] == f"mezzo local: batch queue at {socket_path} (mezzo submit, mezzo jobs)"
+        client = QueueClient(str(socket_path))
+
+        def registered() -> bool:
+            try:
+                return bool(client.get("/health")["queue"]["registered"])
+            except Exception:
+                return False
+
+        wait_for(registered, 30, "the queue of mezzo local to register")
+        out = tmp_path / "out"
+        r = mezzo_cli("submit", "--queue", str(socket_path), "--cpus", "3", "--", f"echo hi > {out}")
+        assert "no agent has 3 cpus (the largest has 2 cpus, 1024 mem)" in r.stderr  # /overview over TLS
+        assert mezzo_cli("cancel", "--queue", str(socket_path), "1").returncode == 0
+        r = mezzo_cli(
+            "submit", "--queue", str(socket_path), "--cpus", "0.5", "--mem", "64", "--", f"echo hi > {out}"
+        )
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 2", (r.stdout, r.stderr)
+        wait_for(lambda: client.get("/jobs/2")["state"] == "FINISHED", 30, "the job to finish")
+        assert out.read_text() == "hi\n"
+        assert (work / "queue" / "jobs.journal").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(20)
