@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mezzo.queue.jobs import JobState, JobTable, Limits, Submission, SubmissionError, parse_array
+from mezzo.queue.jobs import JobState, JobTable, Limits, QueueFull, Submission, SubmissionError, parse_array
 from mezzo.queue.journal import Journal, JournalError
 
 
@@ -75,11 +75,30 @@ def test_offers_are_filled_oldest_first_and_backfilled_past_a_job_too_big():
     assert len(table2.fitting(cpus=0.3, mem=19)) == 1
 
 
-def test_a_scan_stops_after_the_per_offer_limit():
+def test_an_array_too_big_for_the_offer_costs_one_look_and_hides_nothing_behind_it():
     table = JobTable(Limits(scan_per_offer=5))
-    table.submit(Submission("huge", cpus=64, array=(1, 10)), "u")
+    table.submit(Submission("huge", cpus=64, array=(1, 40_000)), "u")
+    table.submit(Submission("tiny", cpus=0.1), "u")
+    assert [j.id for j in table.fitting(cpus=1, mem=1000)] == ["2"]
+
+
+def test_a_scan_stops_after_the_per_offer_limit_of_submissions():
+    table = JobTable(Limits(scan_per_offer=5))
+    for _ in range(5):
+        table.submit(Submission("huge", cpus=64), "u")
     table.submit(Submission("tiny", cpus=0.1), "u")
     assert table.fitting(cpus=1, mem=1000) == []  # the tiny one is past the first 5
+
+
+def test_a_requeued_job_keeps_its_submissions_place():
+    table = JobTable()
+    (first,) = table.submit(Submission("a", cpus=1), "u")
+    table.submit(Submission("b", cpus=1, array=(1, 2)), "u")
+    (task_id,) = [table.task_id_for(first)]
+    table.launched(first, task_id, "ag", "h")
+    table.task_ended(task_id, "TASK_DROPPED")
+    assert list(table.queued) == ["1", "2_1", "2_2"]
+    assert [j.id for j in table.fitting(cpus=2, mem=1000)] == ["1", "2_1"]
 
 
 def test_a_failed_task_is_retried_until_its_retries_are_used_then_the_job_fails():
@@ -302,3 +321,14 @@ def test_a_failed_journal_write_leaves_no_half_line_and_queues_nothing(tmp_path,
     again = JobTable()
     Journal(tmp_path).load(again)
     assert list(again.jobs) == ["1", "2"]
+
+
+def test_one_user_cannot_fill_the_queue():
+    table = JobTable(Limits(max_waiting=100, max_waiting_per_user=10))
+    table.submit(Submission("x", array=(1, 8)), "alice")
+    with pytest.raises(QueueFull, match="alice has 8 jobs waiting; at most 10 a user"):
+        table.submit(Submission("x", array=(1, 3)), "alice")
+    assert table.submit(Submission("x", array=(1, 10)), "bob")
+    (job,) = table.submit(Submission("y"), "alice")
+    table.cancel(job)
+    assert table.waiting_by_user["alice"] == 8  # ended jobs do not count

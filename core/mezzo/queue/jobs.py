@@ -18,9 +18,10 @@ what users can make it hold (:class:`Limits`).
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,8 @@ class Limits:
 
     max_waiting: int = 100_000
     """Jobs queued or running at once, all users together."""
+    max_waiting_per_user: int = 50_000
+    """Jobs queued or running at once of one user: one user cannot fill the queue."""
     max_array: int = 100_000
     """Jobs in one submission."""
     max_command_bytes: int = 64 * 1024
@@ -196,6 +199,63 @@ REQUEUE_REASONS = frozenset({"revoked", "agent_overcommitted", "agent_drained", 
 """Task end reasons that are the cluster's doing, not the job's: requeued uncounted."""
 
 
+class WaitingJobs:
+    """The queued jobs, by submission, oldest submission first and each one's jobs in order.
+
+    All jobs of one submission ask the same cpus and mem, so an offer is filled by looking
+    at submissions, not jobs: how many of a submission fit is one division, and a
+    100,000-job array too big for every agent costs an offer one comparison, never a walk
+    over its jobs (nor keeps the jobs behind it from being seen). Submissions are kept in
+    order of their numbers, which is the order they arrive in; every operation is O(1)
+    but one: a job requeued into a submission that had no job waiting any more puts the
+    submissions back in order, O(submissions waiting)."""
+
+    def __init__(self) -> None:
+        self._by_submission: dict[int, OrderedDict[str, Job]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __contains__(self, job_id: str) -> bool:
+        return any(job_id in jobs for jobs in self._by_submission.values())
+
+    def __iter__(self) -> Iterator[str]:
+        """The ids, in the order offers take them."""
+        for jobs in self._by_submission.values():
+            yield from jobs
+
+    def add(self, job: Job, *, front: bool = False) -> None:
+        jobs = self._by_submission.get(job.submission)
+        if jobs is None:
+            newest = next(reversed(self._by_submission), None)
+            jobs = self._by_submission[job.submission] = OrderedDict()
+            if newest is not None and job.submission < newest:
+                self._by_submission = dict(sorted(self._by_submission.items()))
+        if job.id not in jobs:
+            self._count += 1
+        jobs[job.id] = job
+        if front:
+            jobs.move_to_end(job.id, last=False)
+
+    def remove(self, job: Job) -> bool:
+        """Take ``job`` out; False if it was not waiting."""
+        jobs = self._by_submission.get(job.submission)
+        if jobs is None or jobs.pop(job.id, None) is None:
+            return False
+        self._count -= 1
+        if not jobs:
+            del self._by_submission[job.submission]
+        return True
+
+    def submissions(self) -> Iterator[OrderedDict[str, Job]]:
+        """Each submission's waiting jobs, oldest submission first."""
+        yield from self._by_submission.values()
+
+
 class JobTable:
     """Every job the queue knows: waiting ones in FIFO order, running ones by task id,
     and the last :attr:`Limits.max_ended` ended ones. Not thread-safe (the daemon
@@ -204,7 +264,9 @@ class JobTable:
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.jobs: dict[str, Job] = {}
-        self.queued: OrderedDict[str, Job] = OrderedDict()
+        self.queued = WaitingJobs()
+        self.waiting_by_user: Counter[str] = Counter()
+        """Jobs queued or running, by user."""
         self.running: dict[str, Job] = {}
         """By task id."""
         self._ended: deque[str] = deque()
@@ -239,6 +301,11 @@ class JobTable:
                 "array",
                 f"{count} jobs of a {len(sub.command.encode())}-byte command: more than {limits.max_submission_bytes} bytes",
             )
+        if self.waiting_by_user[user] + count > limits.max_waiting_per_user:
+            raise QueueFull(
+                "array" if count > 1 else "command",
+                f"{user} has {self.waiting_by_user[user]} jobs waiting; at most {limits.max_waiting_per_user} a user",
+            )
         if self.waiting + count > limits.max_waiting:
             raise QueueFull(
                 "array" if count > 1 else "command",
@@ -269,7 +336,8 @@ class JobTable:
         """Take back the jobs of a submission just made (its journal write failed)."""
         for job in jobs:
             self.jobs.pop(job.id, None)
-            self.queued.pop(job.id, None)
+            self.queued.remove(job)
+            self.waiting_by_user[job.user] -= 1
         if jobs and jobs[0].submission == self.next_submission - 1:
             self.next_submission -= 1
 
@@ -294,7 +362,7 @@ class JobTable:
         """Cancel ``job``: a queued one ends now (None); a running one is marked and the
         id of its task returned, to be killed (it ends when the kill is reported)."""
         if job.state is JobState.QUEUED:
-            del self.queued[job.id]
+            self.queued.remove(job)
             self._end(job, JobState.CANCELLED, now, "cancelled before it ran")
             return None
         if job.state is JobState.RUNNING and not job.cancelling:
@@ -322,19 +390,28 @@ class JobTable:
     # -- what the cluster offers and reports ----------------------------------------
 
     def fitting(self, cpus: float, mem: float) -> list[Job]:
-        """Queued jobs, oldest first, that fit together in ``cpus`` and ``mem`` (looking
-        at :attr:`Limits.scan_per_offer` of them at most). They stay queued until
-        :meth:`launched`."""
+        """Queued jobs, oldest submission first, that fit together in ``cpus`` and ``mem``
+        (looking at :attr:`Limits.scan_per_offer` submissions at most: a job too big for
+        the offer lets later, smaller ones use it, as Slurm's backfill does within its
+        window). They stay queued until :meth:`launched`."""
         free_cpus, free_mem = _milli(cpus), _milli(mem)
-        chosen = []
-        for scanned, job in enumerate(self.queued.values()):
+        chosen: list[Job] = []
+        for scanned, jobs in enumerate(self.queued.submissions()):
             if scanned >= self.limits.scan_per_offer or free_cpus <= 0:
                 break
-            need_cpus, need_mem = _milli(job.cpus), _milli(job.mem)
-            if need_cpus <= free_cpus and need_mem <= free_mem:
+            first = next(iter(jobs.values()))
+            need_cpus, need_mem = _milli(first.cpus), _milli(first.mem)
+            fit = min(
+                len(jobs),
+                free_cpus // need_cpus if need_cpus else len(jobs),
+                free_mem // need_mem if need_mem else len(jobs),
+            )
+            if fit <= 0:
+                continue
+            for job in itertools.islice(jobs.values(), fit):
                 chosen.append(job)
-                free_cpus -= need_cpus
-                free_mem -= need_mem
+            free_cpus -= fit * need_cpus
+            free_mem -= fit * need_mem
         return chosen
 
     def task_id_for(self, job: Job) -> str:
@@ -344,7 +421,7 @@ class JobTable:
     def launched(
         self, job: Job, task_id: str, agent_id: str, hostname: str, now: float | None = None
     ) -> None:
-        del self.queued[job.id]
+        self.queued.remove(job)
         job.state = JobState.RUNNING
         job.launches += 1
         job.task_id = task_id
@@ -360,8 +437,7 @@ class JobTable:
         for job in reversed(jobs):
             self.running.pop(job.task_id or "", None)
             job.launches -= 1
-            self._requeue(job)
-            self.queued.move_to_end(job.id, last=False)
+            self._requeue(job, front=True)
 
     def task_ended(
         self,
@@ -405,7 +481,9 @@ class JobTable:
         """Put back a job read from the journal, as it was."""
         earlier = self.jobs.pop(job.id, None)
         if earlier is not None:
-            self.queued.pop(earlier.id, None)
+            if not earlier.state.ended:
+                self.waiting_by_user[earlier.user] -= 1
+            self.queued.remove(earlier)
             if earlier.task_id is not None and self.running.get(earlier.task_id) is earlier:
                 del self.running[earlier.task_id]
         self._add(job)
@@ -418,19 +496,22 @@ class JobTable:
 
     def _add(self, job: Job) -> None:
         self.jobs[job.id] = job
+        if not job.state.ended:
+            self.waiting_by_user[job.user] += 1
         if job.state is JobState.QUEUED:
-            self.queued[job.id] = job
+            self.queued.add(job)
         elif job.state is JobState.RUNNING and job.task_id is not None:
             self.running[job.task_id] = job
         else:
             self._remember_ended(job)
 
-    def _requeue(self, job: Job) -> None:
+    def _requeue(self, job: Job, *, front: bool = False) -> None:
         job.state = JobState.QUEUED
         job.task_id = None
-        self.queued[job.id] = job
+        self.queued.add(job, front=front)
 
     def _end(self, job: Job, state: JobState, now: float | None, last: str) -> None:
+        self.waiting_by_user[job.user] -= 1
         job.state = state
         job.ended = time.time() if now is None else now
         job.last = last
