@@ -1,7 +1,5 @@
 """``python -m mezzo`` is the ``mezzo`` command."""
 
-import sys
+from .cli.main import program
 
-from .cli.main import main
-
-sys.exit(main())
+program()
