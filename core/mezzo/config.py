@@ -577,6 +577,23 @@ def check_fraction(value: float, key: str) -> float:
     return value
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("console", "json")
+
+
+def check_choice(choices: tuple[str, ...], wanted: str) -> Callable[[str, str], str]:
+    """A check that a key is one of ``choices`` (``log.level``, ``log.format``; ``wanted``
+    says so in the error): made when the file is read, so that commands which set no
+    logging up (``mezzo ps``) refuse a bad value as the daemons do."""
+
+    def check(value: str, key: str) -> str:
+        if value not in choices:
+            raise ConfigError(key, f"expected {wanted}, got {value!r}")
+        return value
+
+    return check
+
+
 def check_heartbeat(value: float, key: str) -> float:
     """``master.http.event_heartbeat``: at least a tenth of a second (0 would stream
     heartbeats without pause)."""
@@ -608,6 +625,8 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.agent_removal_fraction": check_fraction,
     "agent.max_journal_bytes": check_journal_bytes,
     "master.http.event_heartbeat": check_heartbeat,
+    "log.level": check_choice(LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
+    "log.format": check_choice(LOG_FORMATS, "'console' or 'json'"),
 }
 
 

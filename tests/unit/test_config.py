@@ -390,3 +390,13 @@ def test_every_key_is_documented():
     missing = [f"{cls.__name__}.{f.name}" for cls in (MasterConfig, AgentConfig, LogConfig, TlsConfig, QueueConfig)
                for f in dataclasses.fields(cls) if f.name not in internal and f"| `{f.name}` |" not in docs]
     assert missing == []
+
+
+def test_log_level_and_format_are_checked_when_the_file_is_read():
+    """Not only when logging is set up: `mezzo ps` sets none up and must refuse them too."""
+    from mezzo.config import from_dict
+
+    with pytest.raises(ConfigError, match=r"log.level: expected one of debug, info, warning, error, got 'loud'"):
+        from_dict({"log": {"level": "loud"}})
+    with pytest.raises(ConfigError, match=r"log.format: expected 'console' or 'json', got 'xml'"):
+        from_dict({"log": {"format": "xml"}})
