@@ -164,4 +164,13 @@ def test_cli_latency_at_a_toy_size_times_every_command_and_judges_them():
     for command in ("python -c pass", "mezzo --version", "mezzo ps", "mezzo run -- true"):
         assert f"| `{command}` |" in out
     assert out.count("`mezzo run -- true` median <= 40 ms") == 1  # judged, met or missed
-    assert "Import of `mezzo.cli.main`" in out
+    for command in ("mezzo ps", "mezzo run -- true"):
+        assert f"- Imports of `{command}` (`-X importtime`, cumulative, slowest): `" in out
+
+
+def test_queue_throughput_at_a_toy_size_runs_every_job_and_judges_the_rate():
+    out = run_bench("queue_throughput.py", "--runs", "1", "--jobs", "50", timeout=180)
+    assert re.search(r"\| 0\.1 s \| \d+ \| \d+ \|", out), out
+    assert re.search(r"\| 0\.01 s \| \d+ \| \d+ \|", out), out
+    assert out.count(">= 500 jobs/s") == 2  # judged, met or missed, for each interval
+    assert "`mezzo submit --array 1-50` itself:" in out
