@@ -18,7 +18,7 @@ LINT_PATHS := core plugins isolators bench docs
 
 setup: $(STAMP)
 
-$(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt
+$(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt tests/v1/install_pymesos.py
 	@command -v thrift >/dev/null || { echo "installing thrift-compiler (apt-get)"; \
 		apt-get install -y -q thrift-compiler >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q thrift-compiler >/dev/null); }
@@ -34,6 +34,7 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(foreach d,$(DISTS),-e ./$(d)) -r requirements-dev.txt
+	$(PY) tests/v1/install_pymesos.py  # pymesos 0.3.15, which pip alone cannot install on 3.11 (docs/mesos-compatibility.md)
 	$(PY) -c "from thrift.protocol import fastbinary"  # the C accelerator must be there
 	touch $(STAMP)
 

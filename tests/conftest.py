@@ -82,6 +82,23 @@ def one_task(command: str, task_id: str = "t"):
     return on_offers
 
 
+def mezzo_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """``mezzo ARGS`` as a subprocess; whatever it does, it never prints a traceback."""
+    r = subprocess.run(
+        [sys.executable, "-m", "mezzo", *args], capture_output=True, encoding="utf-8", timeout=timeout
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> str:
+    """The error ``r`` printed: exit ``code``, one line of stderr containing ``text``."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], r.stderr
+    return lines[0]
+
+
 class Recorder(mezzo.Scheduler):
     """A scheduler that records every callback; offers are declined unless ``on_offers`` is set."""
 

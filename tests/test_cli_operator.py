@@ -21,25 +21,9 @@ import mezzo
 from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo
 from mezzo.testing import LocalProcessCluster, free_port, wait_for
 
-from .conftest import Recorder
+from .conftest import Recorder, mezzo_cli, one_line_error
 
 PS_HEADER = ["ID", "FRAMEWORK", "STATE", "HOST", "CPUS", "MEM", "AGE", "EXIT"]
-
-
-def mezzo_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """``mezzo ARGS`` as a subprocess; whatever it does, it never prints a traceback."""
-    r = subprocess.run(
-        [sys.executable, "-m", "mezzo", *args], capture_output=True, encoding="utf-8", timeout=timeout
-    )
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
-
-
-def one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and text in lines[0], r.stderr
-    return lines[0]
 
 
 class Launcher(Recorder):

@@ -19,22 +19,9 @@ import pytest
 from mezzo.queue.client import QueueClient, QueueRefused
 from mezzo.testing import LocalProcessCluster, free_port, wait_for
 
+from .conftest import mezzo_cli, one_line_error
+
 JOBS_HEADER = ["JOB", "STATE", "USER", "CPUS", "MEM", "TRIES", "HOST", "TIME", "EXIT", "COMMAND"]
-
-
-def mezzo_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        [sys.executable, "-m", "mezzo", *args], capture_output=True, encoding="utf-8", timeout=timeout
-    )
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
-
-
-def one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and text in lines[0], r.stderr
-    return lines[0]
 
 
 class Queue:

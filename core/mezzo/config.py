@@ -187,7 +187,8 @@ class HttpConfig:
     enabled: bool = True
     """Answer HTTP at the port; off, such a connection is closed like any bad peer."""
     event_heartbeat: float = 15.0
-    """Seconds between ``HEARTBEAT`` events on the event stream (``/api/v1``, ``/events``)."""
+    """Seconds between ``HEARTBEAT`` events on the event streams: operators' (``/api/v1``,
+    ``/events``) and v1 schedulers' subscriptions (``/api/v1/scheduler``; Mesos sends one every 15 s)."""
 
 
 @dataclass

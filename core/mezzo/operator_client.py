@@ -6,8 +6,8 @@
     client.post("/master/kill", frameworkId=fid, taskId=tid)
     client.read_file(agent_id, "/frameworks/F/executors/E/runs/latest/stdout", offset=0)
 
-No event loop and no Thrift: ``http.client`` over one keep-alive connection, so a command
-costs one Python start-up and a round trip. ``zk://`` addresses are resolved once, to the
+No event loop and no Thrift: HTTP/1.1 over one keep-alive connection
+(:mod:`mezzo.blocking_http`), so a command costs one Python start-up and a round trip. ``zk://`` addresses are resolved once, to the
 leader (through ZooKeeper, the only part that needs asyncio). TLS as every client of the
 cluster has it: the ``tls`` table given, else the ``[tls]`` of ``$MEZZO_CONFIG``
 (:func:`mezzo.rpc.tls.client_tls_for`); the client's certificate is its principal, and the
@@ -21,16 +21,19 @@ error answer, with the master's own message. A standby's 307 is followed once, t
 
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
+import os
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import TlsConfig
+from .blocking_http import ClosedBeforeAnswer, HttpConnection, TooLarge
 from .errors import MasterUnreachable, MezzoError, NotAllowed, RequestFailed
 from .rpc.address import parse_address
-from .rpc.tls import client_tls_for
+
+if TYPE_CHECKING:
+    import ssl
+
+    from .config import TlsConfig
 
 ANSWER_MAX_BYTES = 1 << 30
 """The largest answer read (the state of a 50,000-agent cluster is tens of megabytes)."""
@@ -56,10 +59,15 @@ class OperatorClient:
     def __init__(self, master: str, *, timeout: float = 10.0, tls: TlsConfig | None = None) -> None:
         self.master = master
         self.timeout = timeout
-        client = client_tls_for(tls)
-        self._context: ssl.SSLContext | None = client.context if client is not None else None
+        self._context: ssl.SSLContext | None = None
+        if tls is not None or os.environ.get("MEZZO_CONFIG"):
+            # Only then: ssl and the TLS settings' checks cost a plaintext command ~15 ms.
+            from .rpc.tls import client_tls_for
+
+            client = client_tls_for(tls)
+            self._context = client.context if client is not None else None
         self._address: tuple[str, int] | None = None
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: HttpConnection | None = None
         self._used = False
         """A request went over ``_conn`` already (the master may have closed it since)."""
 
@@ -92,6 +100,17 @@ class OperatorClient:
         redirect led to."""
         host, port = self._resolve()
         return f"{host}:{port}"
+
+    @property
+    def context(self) -> ssl.SSLContext | None:
+        """The TLS context it dials with (None: plaintext), for another client of the same master."""
+        return self._context
+
+    def forget_leader(self) -> None:
+        """Find the leader anew at the next request (after a failover): a ``zk://`` address
+        is looked up again, a ``HOST:PORT`` asked again (a standby redirects)."""
+        self.close()
+        self._address = None
 
     def _json(self, body: bytes) -> Any:
         try:
@@ -139,20 +158,18 @@ class OperatorClient:
         reused = self._used
         conn = self._connection()
         self._used = True
+        data = body.encode() if body is not None else None
         try:
             try:
-                conn.request(method, target, body=body, headers=headers)
-                response = conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                answer = conn.request(method, target, data, headers, max_body=ANSWER_MAX_BYTES)
+            except (ClosedBeforeAnswer, BrokenPipeError):
                 if not reused:
                     raise
                 # The master closes idle keep-alive connections: ask again on a new one.
                 self.close()
                 conn = self._connection()
                 self._used = True
-                conn.request(method, target, body=body, headers=headers)
-                response = conn.getresponse()
-            answer = response.read(ANSWER_MAX_BYTES + 1)
+                answer = conn.request(method, target, data, headers, max_body=ANSWER_MAX_BYTES)
         except ConnectionRefusedError:
             self.close()
             raise MasterUnreachable(
@@ -163,38 +180,32 @@ class OperatorClient:
             raise MasterUnreachable(
                 f"the master at {self._where()} did not answer within {self.timeout:g} s"
             ) from None
-        except ssl.SSLError as exc:
+        except ConnectionError as exc:
             self.close()
-            raise MasterUnreachable(f"TLS with {self._where()} failed: {exc.reason or exc}") from None
-        except (http.client.HTTPException, ConnectionError) as exc:
-            self.close()
+            if isinstance(exc, TooLarge):
+                raise MasterUnreachable(
+                    f"the answer from {self._where()} is larger than {ANSWER_MAX_BYTES} bytes"
+                ) from None
             hint = "" if self._context is not None else "; if it listens with TLS, give [tls] settings"
             raise NoHttpAnswer(
                 f"{self._where()} did not answer as a mezzo master's HTTP API ({type(exc).__name__}{hint})"
             ) from None
         except OSError as exc:
             self.close()
+            reason = getattr(exc, "reason", None)  # ssl.SSLError's
+            if self._context is not None and type(exc).__module__ == "ssl":
+                raise MasterUnreachable(f"TLS with {self._where()} failed: {reason or exc}") from None
             raise MasterUnreachable(
                 f"cannot reach the master at {self._where()}: {exc.strerror or exc}"
             ) from None
-        if len(answer) > ANSWER_MAX_BYTES:
+        if answer.will_close:
             self.close()
-            raise MasterUnreachable(
-                f"the answer from {self._where()} is larger than {ANSWER_MAX_BYTES} bytes"
-            )
-        if response.will_close:
-            self.close()
-        return response.status, response.getheader("Location"), answer
+        return answer.status, answer.header("location"), answer.body
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> HttpConnection:
         if self._conn is None:
             host, port = self._resolve()
-            if self._context is not None:
-                self._conn = http.client.HTTPSConnection(
-                    host, port, timeout=self.timeout, context=self._context
-                )
-            else:
-                self._conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+            self._conn = HttpConnection(host, port, timeout=self.timeout, context=self._context)
         return self._conn
 
     def _resolve(self) -> tuple[str, int]:

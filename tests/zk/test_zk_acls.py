@@ -14,7 +14,7 @@ import sys
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
 from mezzo.errors import ConfigError
 from mezzo.testing import free_port, wait_for
@@ -43,16 +43,23 @@ def test_with_credentials_every_node_is_the_users_alone_and_strangers_cannot_lea
     election.start()
     try:
         wait_for(lambda: election.is_leader, 10, "the master to lead")
+        wait_for(lambda: election._discovery.node is not None, 10, "the leader's node for Mesos frameworks")
         owner = KazooClient(hosts=mezzo_zookeeper.hosts, auth_data=[("digest", "mezzo:s3cret")])
         owner.start(timeout=10)
         try:
             for path in (
-                "/secure",
                 "/secure/leader",
                 *(f"/secure/leader/{c}" for c in owner.get_children("/secure/leader")),
             ):
                 acls, _ = owner.get_acls(path)
                 assert [(a.id.scheme, a.id.id.split(":")[0]) for a in acls] == [("digest", "mezzo")], path
+            # The path itself anyone may list (not write), for Mesos frameworks to find the
+            # leader's json.info_ node (test_mesos_discovery.py).
+            acls, _ = owner.get_acls("/secure")
+            assert sorted((a.id.scheme, a.id.id.split(":")[0], a.perms) for a in acls) == [
+                ("digest", "mezzo", Permissions.ALL),
+                ("world", "anyone", Permissions.READ),
+            ]
         finally:
             owner.stop()
             owner.close()
@@ -65,7 +72,7 @@ def test_with_credentials_every_node_is_the_users_alone_and_strangers_cannot_lea
             with pytest.raises(NoAuthError):
                 stranger.create("/secure/leader/_c_evil-lock-0000000000", b"6.6.6.6:5050")
             with pytest.raises(NoAuthError):
-                stranger.get_children("/secure/leader")  # not even who leads
+                stranger.get_children("/secure/leader")  # not even who contends
         finally:
             stranger.stop()
             stranger.close()

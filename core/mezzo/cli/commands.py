@@ -179,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise ConfigError("CMD", "no command given: mezzo run [--cpus N] [--mem MB] -- CMD ...")
-    cfg = _load(args, {"agent.master": args.master})
+    # No logging to set up: the run is a v1 client, which prints its own lines (and
+    # structlog with asyncio would be a quarter of the run's time).
+    cfg = config_mod.load(args.config, {"agent.master": args.master})
     from .run_task import run_command
 
     return run_command(

@@ -2,33 +2,40 @@
 
 A tiny framework: it takes the first offer big enough, launches the command with
 the built-in command executor, declines everything else, prints each state
-change to stderr and the task's output to stdout, then unregisters. The exit
+change to stderr and the task's output to stdout, then tears itself down. The exit
 status is the command's own.
 
-It never waits silently. Before registering it asks the master's HTTP API for
+It speaks the master's v1 scheduler API (:mod:`mezzo.v1.scheduler_client`: a
+blocking client, no event loop and no Thrift), as a Mesos framework would: a run
+costs one Python start-up and a handful of round trips.
+
+It never waits silently. Before subscribing it asks the master's HTTP API for
 ``/overview``: nothing listening, a peer that is not a mezzo master, or a request no
 active agent could ever hold (``--cpus 64`` on agents of 2) end it at once, with one
 line. While no offer fits it says why every few seconds (the master's ``why_pending``
-for it). A master lost for longer than ``lost_master_after`` ends it (the task may run
-on: ``mezzo task`` finds it). When the task ends, its whole stdout is printed: the
-64 KiB tail the terminal status carries, or the sandbox's file through the master when
-it is longer; a failed task's last lines of stderr and its sandbox follow.
+for it). A master lost for longer than ``lost_master_after`` ends it (the framework's
+``failover_timeout`` is that long, so a master back sooner finds the task still its
+own; after that the task is killed). When the task ends, its whole stdout is printed:
+the 64 KiB tail the terminal status carries, or the sandbox's file through the master
+when it is longer; a failed task's last lines of stderr and its sandbox follow.
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 import shlex
 import sys
-import threading
 import time
 from typing import Any
 
-import mezzo
-from mezzo import CommandInfo, Filters, FrameworkInfo, Resources, TaskInfo, TaskState
 from mezzo.config import TlsConfig
-from mezzo.errors import NotAllowed, RequestFailed
+from mezzo.errors import MasterUnreachable, NotAllowed, RequestFailed
+from mezzo.resources import Resources
 
 from ..operator_client import NoHttpAnswer, OperatorClient
+from ..v1.scheduler_client import CallRefused, SchedulerClient, StreamEnded
 from . import tools
 from .tables import number
 
@@ -42,89 +49,141 @@ WAITING_REPORT_SECONDS = 3.0
 LOST_MASTER_SECONDS = 10.0
 """How long the master may be gone before the run gives up."""
 STDERR_TAIL_LINES = 10
+"""Lines of a failed task's stderr shown."""
 OUTPUT_TAIL_BYTES = 64 * 1024
 """What the command executor sends of a task's stdout with its end (the last bytes):
 :data:`mezzo.agent.command_executor.OUTPUT_TAIL_BYTES`, not imported for start-up's sake."""
-"""Lines of a failed task's stderr shown."""
+TERMINAL = frozenset(
+    {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR", "TASK_DROPPED", "TASK_LOST", "TASK_GONE"}
+)
+_EXITED = re.compile(r"exited with status (\d+)")
+_SIGNALLED = re.compile(r"(?:killed|terminated) (?:by|with) signal (SIG[A-Z0-9]+|\d+)")
 
 
-class _OneTask(mezzo.Scheduler):
-    def __init__(self, argv: list[str], resources: Resources, name: str) -> None:
+class _OneTask:
+    """The run's framework: what it launched and heard; :meth:`handle` takes each event."""
+
+    def __init__(self, client: SchedulerClient, argv: list[str], resources: Resources, name: str) -> None:
+        self.client = client
         self.argv = argv
         self.resources = resources
         self.name = name
-        self.launched: TaskInfo | None = None
-        self.framework_id: str | None = None
+        self.task_id = ""
+        self.agent_id = ""
+        self.final: dict[str, Any] | None = None
+        """The terminal TaskStatus (v1 JSON)."""
         self.exit_status: int | None = None
-        self.final: Any = None
-        """The terminal TaskStatus."""
-        self.lost_since: float | None = None
         self.most_free: dict[str, float] = {}
         """The most of cpus and mem free in one offer declined for being too small, since
         the last report (what ``waiting:`` says)."""
-        self.done = threading.Event()
 
-    def registered(self, driver, framework_id, master) -> None:
-        self.framework_id = framework_id
-        self.lost_since = None
-        _say(f"registered with {master} as framework {framework_id}")
+    def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "OFFERS":
+            self._offers(event["offers"]["offers"])
+        elif kind == "UPDATE":
+            self._update(event["update"]["status"])
+        elif kind == "ERROR":
+            _say(f"error from the master: {event['error']['message']}")
+            if self.final is None:
+                self.exit_status = EXIT_NOT_RUN
 
-    def reregistered(self, driver, framework_id, master) -> None:
-        if self.lost_since is not None:
-            _say(f"the master is back ({master})")
-        self.lost_since = None
-
-    def disconnected(self, driver) -> None:
-        if self.lost_since is None:
-            self.lost_since = time.monotonic()
-            _say("lost the master; redialling")
-
-    def resource_offers(self, driver, offers) -> None:
+    def _offers(self, offers: list[dict[str, Any]]) -> None:
+        decline = []
         for offer in offers:
-            if self.launched is not None or not self.resources.fits_in(offer.resources):
-                if self.launched is None:
-                    free = Resources.of(offer.resources)
+            free = _scalars(offer)
+            if self.task_id or not all(free.get(n, 0.0) >= self.resources.get(n) for n in ("cpus", "mem")):
+                if not self.task_id:
                     for name in ("cpus", "mem"):
-                        self.most_free[name] = max(self.most_free.get(name, 0.0), free.get(name))
-                driver.decline_offer(offer.offer_id, Filters(refuse_seconds=3600 if self.launched else 1))
+                        self.most_free[name] = max(self.most_free.get(name, 0.0), free.get(name, 0.0))
+                decline.append(offer["id"])
                 continue
-            task = TaskInfo(
-                task_id=f"{self.name}-{int(time.time() * 1000)}",
-                name=self.name,
-                agent_id=offer.agent_id,
-                resources=self.resources,
-                command=CommandInfo(value=shlex.join(self.argv)),
+            self.task_id = f"{self.name}-{int(time.time() * 1000)}"
+            self.agent_id = offer["agent_id"]["value"]
+            command = shlex.join(self.argv)
+            _say(f"launching {self.task_id} on {offer['hostname']} ({self.agent_id}): {command}")
+            task = {
+                "task_id": {"value": self.task_id},
+                "name": self.name,
+                "agent_id": offer["agent_id"],
+                "resources": _resources(self.resources),
+                "command": {"value": command, "shell": True},
+            }
+            operation = {"type": "LAUNCH", "launch": {"task_infos": [task]}}
+            self.client.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": [operation]})
+            self.client.call("SUPPRESS")
+        if decline:
+            # Once launched, no other offer is wanted for the rest of the run.
+            self.client.call(
+                "DECLINE", {"offer_ids": decline, "filters": {"refuse_seconds": 3600 if self.task_id else 1}}
             )
-            self.launched = task
-            _say(f"launching {task.task_id} on {offer.hostname} ({offer.agent_id}): {shlex.join(self.argv)}")
-            driver.launch_tasks([offer.offer_id], [task])
-            driver.set_needs_offers(False)
 
-    def status_update(self, driver, status) -> None:
-        state = mezzo.state_name(status.state)
-        detail = f": {status.message}" if status.message else ""
-        _say(f"{status.task_id} {state}{detail}")
-        if not mezzo.is_terminal(status.state):
+    def _update(self, status: dict[str, Any]) -> None:
+        state = status.get("state", "?")
+        message = status.get("message", "")
+        task_id = status["task_id"]["value"]
+        _say(f"{task_id} {state}" + (f": {message}" if message else ""))
+        if "uuid" in status:
+            self.client.call(
+                "ACKNOWLEDGE",
+                {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
+            )
+        if state not in TERMINAL or task_id != self.task_id:
             return
         self.final = status
-        if status.state == TaskState.TASK_FINISHED:
-            self.exit_status = 0
-        elif status.exit_code is not None:
-            self.exit_status = status.exit_code
-        elif status.state == TaskState.TASK_KILLED:
-            self.exit_status = EXIT_KILLED
-        else:
-            self.exit_status = EXIT_NOT_RUN
-        self.done.set()
+        self.exit_status = _exit_status(state, message)
 
-    def error(self, driver, message) -> None:
-        _say(f"error from the master: {message}")
-        self.exit_status = EXIT_NOT_RUN
-        self.done.set()
+
+def _exit_status(state: str, message: str) -> int:
+    """The command's exit status from its end: 0 finished, N from "exited with status N",
+    128 + N for death by signal N, else the killed / not run conventions."""
+    if state == "TASK_FINISHED":
+        return 0
+    exited = _EXITED.search(message)
+    if exited:
+        return int(exited.group(1))
+    signalled = _SIGNALLED.search(message)
+    if signalled:
+        name = signalled.group(1)
+        if name.isdigit():
+            return 128 + int(name)
+        import signal
+
+        try:
+            return 128 + int(signal.Signals[name])
+        except KeyError:
+            pass
+    return EXIT_KILLED if state == "TASK_KILLED" else EXIT_NOT_RUN
+
+
+def _scalars(offer: dict[str, Any]) -> dict[str, float]:
+    free: dict[str, float] = {}
+    for resource in offer.get("resources", ()):
+        if resource.get("type") == "SCALAR":
+            name = resource["name"]
+            free[name] = free.get(name, 0.0) + resource["scalar"]["value"]
+    return free
+
+
+def _resources(resources: Resources) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "type": "SCALAR", "scalar": {"value": resources.get(name)}}
+        for name in ("cpus", "mem")
+        if resources.get(name) > 0
+    ]
 
 
 def _say(line: str) -> None:
     print(f"mezzo run: {line}", file=sys.stderr, flush=True)
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return ""
 
 
 def run_command(
@@ -146,28 +205,49 @@ def run_command(
     try:
         try:
             _check_fits(resources, api.get("/overview"))
-            if not master.strip().startswith("zk://"):
-                master = api.address  # the leader, when a standby was named
-        except (NotAllowed, NoHttpAnswer) as exc:
-            # Not allowed to look, or the master's HTTP API is off: the run itself may be.
-            _say(f"cannot ask the master whether an agent fits ({exc}); registering anyway")
-        scheduler = _OneTask(argv, resources, name)
-        driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=name), master, tls=tls)
-        scheduler.lost_since = time.monotonic()  # until registered: no master yet either
-        driver.start()
+        except NotAllowed as exc:
+            # Not allowed to look: the run itself may be.
+            _say(f"cannot ask the master whether an agent fits ({exc}); subscribing anyway")
+        except NoHttpAnswer as exc:
+            raise MasterUnreachable(f"{exc}; mezzo run needs the master's HTTP API") from None
+        host, port = api.address.rsplit(":", 1)
+        info = {
+            "name": name,
+            "user": _user(),
+            "hostname": os.uname().nodename,
+            # A master back within this window finds the task still the run's own.
+            "failover_timeout": lost_master_after if lost_master_after > 0 else 7 * 24 * 3600.0,
+        }
+        client = SchedulerClient((host, int(port)), info, context=api.context, timeout=5.0)
+        scheduler = _OneTask(client, argv, resources, name)
         try:
+            try:
+                framework_id = client.subscribe()
+            except CallRefused as exc:
+                raise RequestFailed(f"the master refused the framework: {exc.text}") from None
+            _say(f"registered with {api.address} as framework {framework_id}")
             status = _wait(scheduler, api, timeout, lost_master_after)
         except KeyboardInterrupt:
             _say("interrupted: stopping the framework (its task is killed)")
-            driver.stop()
+            _teardown(client)
             return 130
-        driver.stop()
+        _teardown(client)
         if status is not None:
             return status
         _print_output(scheduler, api)
         return scheduler.exit_status if scheduler.exit_status is not None else EXIT_NOT_RUN
     finally:
         api.close()
+
+
+def _teardown(client: SchedulerClient) -> None:
+    """End the framework (its task too, if it still runs); a master already gone is fine."""
+    if client.framework_id:
+        try:
+            client.call("TEARDOWN")
+        except (CallRefused, OSError):
+            pass
+    client.close()
 
 
 def _check_fits(resources: Resources, overview: dict[str, Any]) -> None:
@@ -187,33 +267,65 @@ def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_
     """Until the task ends (None), or an exit status to give up with: the timeout, or the
     master gone for ``lost_master_after`` s (0: wait for it for ever). Says why nothing is
     launched while it waits."""
+    client = scheduler.client
     deadline = time.monotonic() + timeout if timeout > 0 else None
     said = ""
     next_report = time.monotonic() + WAITING_REPORT_SECONDS
-    while not scheduler.done.wait(0.2):
+    lost_since: float | None = None
+    attempts = 0
+    while scheduler.exit_status is None:
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             _say(f"gave up after {timeout:g} s" + (f" ({said})" if said else ""))
             return EXIT_TIMEOUT
-        lost = scheduler.lost_since
-        if lost is not None and lost_master_after > 0 and now - lost >= lost_master_after:
-            if scheduler.framework_id is None:
-                _say(f"gave up: no master registered this framework within {lost_master_after:g} s")
+        if lost_since is not None:
+            if lost_master_after > 0 and now - lost_since >= lost_master_after:
+                where = (
+                    f"; the task may still run: mezzo task {scheduler.task_id}" if scheduler.task_id else ""
+                )
+                _say(f"gave up: the master was gone for {lost_master_after:g} s{where}")
                 return EXIT_NOT_RUN
-            where = (
-                f"; the task may still run: mezzo task {scheduler.launched.task_id}"
-                if scheduler.launched
-                else ""
-            )
-            _say(f"gave up: the master was gone for {lost_master_after:g} s{where}")
-            return EXIT_NOT_RUN
-        if scheduler.launched is None and scheduler.framework_id and now >= next_report:
+            if _resubscribe(client, api):
+                lost_since, attempts = None, 0
+            else:
+                # Backing off: a master that refuses at once is not asked in a tight loop.
+                time.sleep(min(0.1 * 2**attempts, 2.0))
+                attempts += 1
+            continue
+        event = client.next_event(0.2)
+        if isinstance(event, StreamEnded):
+            _say("lost the master; redialling")
+            lost_since = now
+            continue
+        if event is not None:
+            try:
+                scheduler.handle(event)
+            except (CallRefused, OSError) as exc:
+                _say(f"a call to the master failed ({exc}); redialling")
+                client.close()
+                lost_since = now
+            continue
+        if not scheduler.task_id and now >= next_report:
             next_report = now + WAITING_REPORT_SECONDS
             why = _waiting_for(scheduler, api)
             if why and why != said:
                 _say(f"waiting: {why}")
                 said = why
     return None
+
+
+def _resubscribe(client: SchedulerClient, api: OperatorClient) -> bool:
+    """Subscribe again as the same framework, at the leader as it is now: whether it is back."""
+    try:
+        client.close()
+        api.forget_leader()
+        host, port = api.address.rsplit(":", 1)
+        client.address = (host, int(port))
+        client.subscribe(client.framework_id)
+    except (CallRefused, OSError, RequestFailed):
+        return False
+    _say("the master is back")
+    return True
 
 
 def _waiting_for(scheduler: _OneTask, api: OperatorClient) -> str:
@@ -225,7 +337,7 @@ def _waiting_for(scheduler: _OneTask, api: OperatorClient) -> str:
         free = ", ".join(f"{number(v)} {n}" for n, v in sorted(most.items()))
         return f"no agent has {want} free now (the most one offered: {free}); all busy?"
     try:
-        shown = api.get("/frameworks", framework_id=scheduler.framework_id)["frameworks"]
+        shown = api.get("/frameworks", framework_id=scheduler.client.framework_id)["frameworks"]
     except (RequestFailed, KeyError, TypeError):
         return ""
     reasons = (
@@ -239,20 +351,21 @@ def _waiting_for(scheduler: _OneTask, api: OperatorClient) -> str:
 def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
     """The task's whole stdout on stdout; for a task that did not finish, the end of its
     stderr and where its sandbox is, on stderr."""
-    status, task = scheduler.final, scheduler.launched
-    carried = (status.data or b"") if status is not None else b""
-    if task is None or scheduler.framework_id is None:
+    status, task_id, agent_id = scheduler.final, scheduler.task_id, scheduler.agent_id
+    carried = base64.b64decode(status.get("data", "")) if status is not None else b""
+    framework_id = scheduler.client.framework_id
+    if not task_id or not framework_id:
         sys.stdout.write(carried.decode("utf-8", "replace"))
         return
-    sandbox = f"/frameworks/{scheduler.framework_id}/executors/{task.task_id}/runs/latest"
+    sandbox = f"/frameworks/{framework_id}/executors/{task_id}/runs/latest"
     out = _Counted(sys.stdout)
     try:
         # Shorter than the tail the command executor sends, it is the whole file: no round
         # trip through the master to the agent (a fifth of what the run took after the end).
         short = len(carried) < OUTPUT_TAIL_BYTES
-        size = len(carried) if short else api.read_file(task.agent_id, f"{sandbox}/stdout", -1)["offset"]
+        size = len(carried) if short else api.read_file(agent_id, f"{sandbox}/stdout", -1)["offset"]
         if size > len(carried):  # the status carries only the last 64 KiB
-            tools.copy_file(api, task.agent_id, f"{sandbox}/stdout", 0, out, until=size)
+            tools.copy_file(api, agent_id, f"{sandbox}/stdout", 0, out, until=size)
         else:
             out.write(carried.decode("utf-8", "replace"))
         out.flush()
@@ -264,16 +377,16 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
             out.flush()
             if len(carried) >= 64 * 1024:
                 _say(f"stdout shown from its last 64 KiB only: the whole file could not be read ({exc})")
-    if status is not None and status.state != TaskState.TASK_FINISHED:
+    if status is not None and status.get("state") != "TASK_FINISHED":
         try:
-            size = api.read_file(task.agent_id, f"{sandbox}/stderr", -1)["offset"]
-            start = tools.tail_start(api, task.agent_id, f"{sandbox}/stderr", size, STDERR_TAIL_LINES)
+            size = api.read_file(agent_id, f"{sandbox}/stderr", -1)["offset"]
+            start = tools.tail_start(api, agent_id, f"{sandbox}/stderr", size, STDERR_TAIL_LINES)
             if size > start:
                 _say(f"the last lines of its stderr ({size - start} of {size} bytes):")
-                tools.copy_file(api, task.agent_id, f"{sandbox}/stderr", start, sys.stderr)
+                tools.copy_file(api, agent_id, f"{sandbox}/stderr", start, sys.stderr)
         except RequestFailed:
             pass
-        _say(f"sandbox: {sandbox} on agent {task.agent_id} (mezzo logs --stderr {task.task_id})")
+        _say(f"sandbox: {sandbox} on agent {agent_id} (mezzo logs --stderr {task_id})")
 
 
 class _Counted:

@@ -27,6 +27,8 @@ as it is:
   ``gracePeriod=`` seconds, default 0) and ``POST /reactivate`` (form ``agentId=``):
   :mod:`mezzo.master.operator_actions`; 200, 404 for an unknown id, 403 where
   ``kill_tasks`` / ``drain_agents`` do not allow it.
+- ``POST /api/v1/scheduler``: Apache Mesos' v1 scheduler API, for frameworks written
+  for Mesos (pymesos): :mod:`.scheduler_api`.
 
 A standby answers every call but ``/health`` with 307 to the leader, or 503 while
 none is elected. Callers are who their TLS certificate says (the port's TLS, as for
@@ -59,6 +61,7 @@ from . import metrics
 from .access import caller, may_view_cluster, peer_of, viewer
 from .event_api import EventSource, add_event_routes
 from .files_proxy import FilesMaster, add_files_routes
+from .scheduler_api import SchedulerMaster, add_scheduler_routes
 from .server import (
     MAX_BODY_BYTES,
     BadParameter,
@@ -74,7 +77,7 @@ PREFIXES = ("", "/master")
 """Every endpoint is served at its path and under ``/master``, as Mesos does."""
 
 
-class MasterView(FilesMaster, EventSource, Protocol):
+class MasterView(FilesMaster, EventSource, SchedulerMaster, Protocol):
     """What the endpoints read of the master (:class:`mezzo.master.master.Master`), the
     file proxy's and the event stream's needs included."""
 
@@ -134,6 +137,7 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/offers", endpoints.offers)
         app.router.add_get(f"{prefix}/overview", endpoints.overview)
     add_event_routes(app, master, PREFIXES)
+    add_scheduler_routes(app, master, PREFIXES)  # Mesos' v1 scheduler API (.scheduler_api)
     add_files_routes(app, master)  # /files/*: agents' sandboxes through the master (.files_proxy)
     add_ui_routes(app)  # the read-only web UI at / (mezzo.http.ui_routes)
     return app

@@ -380,6 +380,7 @@ class Master:
             on_elected=self._elected,
             on_demoted=self._demoted,
             session_timeout=self.config.zk_session_timeout,
+            master_id=lambda: self.id,
         )
         self.registry = ZkRegistry(self._election.client, url.path, loop.call_soon_threadsafe)
         self._election.start(connect_timeout)

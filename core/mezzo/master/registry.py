@@ -10,7 +10,7 @@ in which case it must start over as a new agent instead of resurrecting them.
   an earlier master's decisions, it welcomes agents it has never seen and refuses
   only those it removed itself.
 - :class:`ZkRegistry` (masters elected through ZooKeeper): one persistent znode per
-  admitted agent under ``<path>/agents``. It is the authority: an agent not listed
+  admitted agent under ``<path>/registry``. It is the authority: an agent not listed
   there is refused. The leader loads it when elected and writes through it.
 
 Both answer :meth:`verdict` from memory, so re-registering 4,000 agents costs no
@@ -87,17 +87,23 @@ class MemoryRegistry:
 
 
 class ZkRegistry:
-    """Admitted agents as znodes ``<path>/agents/<agent id>``; see the module docstring.
+    """Admitted agents as znodes ``<path>/registry/<agent id>``; see the module docstring.
 
     ``call_soon`` hands kazoo's completions back to the master's event loop
     (``loop.call_soon_threadsafe``).
+
+    The name sorts after ``json.info_``: Mesos frameworks (pymesos) take the smallest
+    child of ``<path>`` for the leader's MasterInfo (:mod:`mezzo.zk.mesos_discovery`).
+    Clusters made before kept the list under ``<path>/agents``, which sorts first;
+    :meth:`load` moves it.
     """
 
     authoritative = True
 
     def __init__(self, client: Any, path: str, call_soon: Callable[..., Any]) -> None:
         self._zk = client
-        self.path = f"{path}/agents"
+        self.path = f"{path}/registry"
+        self._old_path = f"{path}/agents"
         self._call_soon = call_soon
         self.admitted: dict[str, str | None] = {}
         """Admitted agent ids and their owners."""
@@ -105,8 +111,34 @@ class ZkRegistry:
     def load(self) -> dict[str, str | None]:
         """Read the list (blocking: call it off the event loop, when elected)."""
         self._zk.ensure_path(self.path)
+        self._move_old_list()
         self.admitted = dict(parse_node_name(name) for name in self._zk.get_children(self.path))
         return dict(self.admitted)
+
+    def _move_old_list(self) -> None:
+        """Move ``<path>/agents/*`` (the old layout) to :attr:`path`, then remove it:
+        created first, so a leader that dies half-way leaves every agent listed."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        try:
+            names = self._zk.get_children(self._old_path)
+        except NoNodeError:
+            return
+        for name in names:
+            try:
+                self._zk.create(f"{self.path}/{name}", b"")
+            except NodeExistsError:
+                pass
+        for name in names:
+            try:
+                self._zk.delete(f"{self._old_path}/{name}")
+            except NoNodeError:
+                pass
+        try:
+            self._zk.delete(self._old_path)
+        except NoNodeError:
+            pass
+        log.info("moved the admitted agents' list", agents=len(names), old=self._old_path, new=self.path)
 
     def verdict(self, agent_id: str) -> str:
         return WELCOME if agent_id in self.admitted else REFUSE

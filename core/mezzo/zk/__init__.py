@@ -6,6 +6,8 @@
   publishing its address; it is demoted the moment its session is in doubt.
 - :mod:`.detector`: :class:`LeaderDetector`, how agents, drivers and tools follow
   the current leader.
+- :mod:`.mesos_discovery`: the leader's ``json.info_`` node, how Mesos frameworks
+  (pymesos) given ``zk://`` find it.
 - :mod:`.client`: how both open their session, with one retry policy (kazoo's
   backoff with jitter, capped at a few seconds).
 

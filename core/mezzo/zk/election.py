@@ -31,6 +31,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 
 from .client import new_client, start_session
+from .mesos_discovery import MesosDiscovery
 from .url import ZkUrl, parse_zk_url
 
 log = structlog.get_logger("mezzo.zk", component="leader-election")
@@ -41,6 +42,8 @@ class LeaderElection:
 
     ``on_elected()`` and ``on_demoted(reason)`` run on kazoo's threads, alternately,
     starting with ``on_elected``. They must not block: hand the news to your loop.
+    While leading it also names itself to Mesos frameworks (:mod:`.mesos_discovery`),
+    as ``master_id()`` if given.
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class LeaderElection:
         on_elected: Callable[[], None],
         on_demoted: Callable[[str], None],
         session_timeout: float = 10.0,
+        master_id: Callable[[], str] | None = None,
     ) -> None:
         self.url = url if isinstance(url, ZkUrl) else parse_zk_url(url)
         self.address = address
@@ -59,6 +63,7 @@ class LeaderElection:
         self._zk = new_client(self.url, session_timeout)
         self._zk.add_listener(self._state_changed)
         self._election = self._zk.Election(self.url.election_path, address)
+        self._discovery = MesosDiscovery(self._zk, self.url, address, master_id)  # for Mesos frameworks
         self._lock = threading.Lock()
         self._leading = False
         self._released = threading.Event()
@@ -127,6 +132,7 @@ class LeaderElection:
         """Delete election nodes this session still holds. After a suspension the session
         may have survived, and with it our old node: left there, it would lead while
         we wait behind it, and nobody would act as leader."""
+        self._discovery.remove_session_nodes()  # first: see mezzo.zk.mesos_discovery
         session = self._zk.client_id[0] if self._zk.client_id else None
         path = self.url.election_path
         for child in self._zk.get_children(path):
@@ -147,7 +153,9 @@ class LeaderElection:
             self._leading = True
         log.info("elected leader", address=self.address, path=self.url.election_path)
         self._on_elected()
+        self._discovery.publish(f"{self.url.election_path}/{self._election.lock.node}")
         self._released.wait()
+        self._discovery.retract()  # before kazoo deletes our election node
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's connection thread: no blocking, no ZooKeeper calls here.

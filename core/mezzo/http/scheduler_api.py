@@ -1,0 +1,294 @@
+"""Apache Mesos' v1 scheduler HTTP API at the master: ``POST /api/v1/scheduler``.
+
+Frameworks written for Apache Mesos (pymesos, or any v1 HTTP client) run on mezzo
+unchanged: the same endpoint (also under ``/master``), the same JSON, the same
+status codes. Each call is translated (:mod:`mezzo.v1.translate`) into the call a
+Thrift scheduler would make and handed to the master's service through its
+leadership gate, with a :class:`~mezzo.v1.scheduler_stream.SchedulerStream` as the
+framework's link: one allocator, one validation, one acknowledgement and failover
+path for both kinds of framework.
+
+- ``SUBSCRIBE`` (no ``Mesos-Stream-Id``) answers ``200``, chunked, with a fresh
+  ``Mesos-Stream-Id`` and a RecordIO stream of events: ``SUBSCRIBED``, a
+  ``HEARTBEAT`` at once and then every ``[master.http] event_heartbeat`` seconds
+  (15, Mesos' interval; clients resubscribe after missing about five) without another
+  event, ``OFFERS``, ``RESCIND``, ``UPDATE``, ``MESSAGE``, ``FAILURE``, ``ERROR``.
+  A subscription the master refuses (an ACL, a framework removed, a failover by
+  another principal) answers ``403``/``400`` with the reason, and no stream.
+- Every other call carries the stream's ``Mesos-Stream-Id`` and answers ``202``
+  with an empty body, or ``400`` naming what is wrong (unknown framework, wrong or
+  missing stream id, a field that cannot be read, an operation mezzo does not
+  have), ``403`` when the framework is not subscribed or the caller is not the one
+  who subscribed, ``415`` for a body that is not JSON.
+- A task in an ``ACCEPT`` that cannot be read (a ``SET`` resource, ``uris``) is
+  answered ``TASK_ERROR`` on the stream, as Mesos answers an invalid task; the other
+  tasks of the call are launched.
+
+Bounds: a call's body is at most :data:`MAX_CALL_BYTES` (413 past it); the events
+waiting for a scheduler are bounded by the stream (its framework is disconnected
+past that, as after a broken connection). Callers are who their TLS certificate
+says, as on the Thrift port; the master's ACLs decide what they may do.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Protocol
+
+import structlog
+from aiohttp import web
+
+from .. import __version__
+from ..v1 import translate
+from ..v1.scheduler_stream import SchedulerStream
+from ..wire.ttypes import TaskState, TaskStatus
+from .access import caller, peer_of
+
+log = structlog.get_logger("mezzo.http", component="v1-scheduler")
+
+MAX_CALL_BYTES = 8 << 20
+"""Largest call body read: an ACCEPT launching thousands of tasks fits."""
+STREAMING = "v1-scheduler-stream"
+"""The tag of a subscription's HTTP link: registered, as the port's idle check sees it."""
+
+JSON = "application/json"
+
+
+class SchedulerMaster(Protocol):
+    """What the façade needs of the master (:class:`mezzo.master.master.Master`)."""
+
+    config: Any
+    """The master's :class:`~mezzo.config.MasterConfig` (``http.event_heartbeat``)."""
+    gate: Any
+    """Routes calls to the leading term's service (:class:`~mezzo.master.leadership.LeaderGate`)."""
+
+    @property
+    def state(self) -> Any: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+def add_scheduler_routes(app: web.Application, master: SchedulerMaster, prefixes: tuple[str, ...]) -> None:
+    """Route ``POST {prefix}/api/v1/scheduler`` for each of ``prefixes`` to the façade."""
+    api = SchedulerApi(master)
+    for prefix in prefixes:
+        app.router.add_post(f"{prefix}/api/v1/scheduler", api.call)
+
+
+class SchedulerApi:
+    """The endpoint; see the module docstring. Knows the live streams by id."""
+
+    def __init__(self, master: SchedulerMaster) -> None:
+        self._master = master
+        self.streams: dict[str, SchedulerStream] = {}
+
+    async def call(self, request: web.Request) -> web.StreamResponse:
+        content_type = request.headers.get("Content-Type")
+        if content_type is None:
+            return _error(400, "Expecting 'Content-Type' to be present")
+        if content_type.split(";", 1)[0].strip().lower() != JSON:
+            return _error(415, f"Content-Type {content_type[:60]!r}: only {JSON} is served (no protobuf)")
+        body = await _read_body(request)
+        if body is None:
+            return _error(413, f"a call's body is at most {MAX_CALL_BYTES} bytes")
+        try:
+            call = translate.parse_call(body)
+        except translate.BadCall as exc:
+            return _error(400, f"Failed to validate scheduler::Call: {exc}")
+        if call.type == "SUBSCRIBE":
+            if "Mesos-Stream-Id" in request.headers:
+                return _error(400, "Subscribe calls should not include the 'Mesos-Stream-Id' header")
+            return await self._subscribe(request, call)
+        stream = self._stream_of(request, call)
+        if isinstance(stream, web.Response):
+            return stream
+        try:
+            problem = self._dispatch(stream, call)
+        except translate.BadCall as exc:
+            return _error(400, f"Failed to validate scheduler::Call: {exc}")
+        if problem is not None:
+            return _error(400, problem)
+        return web.Response(status=202)
+
+    # -- SUBSCRIBE -----------------------------------------------------------------------
+
+    async def _subscribe(self, request: web.Request, call: translate.Call) -> web.StreamResponse:
+        try:
+            info = translate.framework_info(call.body.get("framework_info"), "subscribe.framework_info")
+        except translate.BadCall as exc:
+            return _error(400, f"Failed to validate scheduler::Call: {exc}")
+        if call.framework_id:
+            if info.framework_id and info.framework_id != call.framework_id:
+                return _error(400, "'framework_id' differs from 'subscribe.framework_info.id'")
+            info.framework_id = call.framework_id
+        master = self._master
+        stream = SchedulerStream(
+            uuid.uuid4().hex,
+            peer=peer_of(request),
+            principal=caller(request),
+            role=info.role,
+            heartbeat_interval=master.config.http.event_heartbeat,
+            master_info=self._master_info,
+        )
+        master.gate.register_framework(stream, info)
+        if not stream.framework_id:  # SUBSCRIBED was not sent
+            # Closed first: a call the gate holds while this master takes over is dropped
+            # when it opens (the stream is not open), not applied to a stream nobody reads.
+            stream.close()
+            if not stream.errors:
+                return _error(503, "the master is taking over leadership; subscribe again shortly")
+            # Refused (an ACL, a removed framework, another principal's framework): say
+            # why in the answer, as Mesos does, with no stream.
+            reason = "; ".join(stream.errors)
+            status = 403 if "may not" in reason or "another principal" in reason else 400
+            return _error(status, reason)
+        self.streams[stream.stream_id] = stream
+        link: Any = request.transport
+        if link is not None and hasattr(link, "tag"):
+            link.tag = STREAMING  # the port's idle check spares it
+        response = web.StreamResponse(
+            status=200,
+            headers={"Content-Type": JSON, "Mesos-Stream-Id": stream.stream_id, "Cache-Control": "no-store"},
+        )
+        response.enable_chunked_encoding()
+        log.info(
+            "v1 framework subscribed",
+            framework=stream.framework_id,
+            name=info.name,
+            peer=stream.peer,
+            stream=stream.stream_id,
+        )
+        try:
+            await response.prepare(request)
+            while True:
+                chunk = await stream.next_chunk(stream.heartbeat_interval)
+                if chunk is None:
+                    break
+                if not chunk:
+                    stream.heartbeat()
+                    continue
+                await response.write(chunk)
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the scheduler left: its framework is disconnected below
+        finally:
+            self.streams.pop(stream.stream_id, None)
+            if link is not None and getattr(link, "tag", None) == STREAMING:
+                link.tag = None
+            stream.close()
+            # As when a Thrift scheduler's connection breaks: failover_timeout applies
+            # (nothing happens for a stream the master itself let go: torn down, failed over).
+            master.gate.connection_lost(stream)
+            log.info(
+                "v1 framework stream ended",
+                framework=stream.framework_id,
+                reason=stream.end_reason or "the scheduler closed it",
+                stream=stream.stream_id,
+            )
+        return response
+
+    def _master_info(self, address: str) -> dict[str, Any]:
+        host, _, port = address.rpartition(":")
+        return translate.master_info(self._master.id, host, int(port) if port.isdigit() else 0, __version__)
+
+    # -- the other calls -----------------------------------------------------------------
+
+    def _stream_of(self, request: web.Request, call: translate.Call) -> SchedulerStream | web.Response:
+        """The live stream the call is for, or the error answer (Mesos' codes)."""
+        if not call.framework_id:
+            return _error(400, f"{call.type}: 'framework_id' is required")
+        stream_id = request.headers.get("Mesos-Stream-Id")
+        stream = self.streams.get(stream_id) if stream_id else None
+        if stream is None or stream.framework_id != call.framework_id:
+            record = self._master.state.frameworks.get(call.framework_id)
+            if record is None:
+                return _error(400, f"Framework {call.framework_id[:100]!r} cannot be found")
+            if record.conn is None:
+                return _error(403, "Framework is not subscribed")
+            if not stream_id:
+                return _error(400, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
+            return _error(400, f"The stream ID {stream_id[:100]!r} included in this request is not valid")
+        if stream.closing:
+            return _error(403, "Framework is not subscribed")
+        if caller(request) != stream.principal:
+            # The stream id is not a secret worth a framework: the caller must be who subscribed.
+            return _error(403, f"{call.type}: the caller is not the principal that subscribed this framework")
+        return stream
+
+    def _dispatch(self, stream: SchedulerStream, call: translate.Call) -> str | None:
+        """Hand ``call`` to the master; a problem to answer 400 with, or None."""
+        gate = self._master.gate
+        fid = call.framework_id
+        body = call.body
+        kind = call.type
+        if kind == "ACCEPT":
+            accept = translate.task_infos_of_accept(body, stream.role)
+            if accept.refused_operations:
+                return "; ".join(accept.refused_operations)
+            for task_id, message in accept.invalid:
+                stream.status_update(_task_error(task_id, message))
+            gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters)
+        elif kind == "DECLINE":
+            offer_ids, filters = translate.decline(body)
+            gate.decline_offer(stream, fid, offer_ids, filters)
+        elif kind == "REVIVE":
+            if _for_role(translate.roles(body), stream.role):
+                gate.set_needs_offers(stream, fid, True)
+        elif kind == "SUPPRESS":
+            if _for_role(translate.roles(body), stream.role):
+                gate.set_needs_offers(stream, fid, False)
+        elif kind == "KILL":
+            task_id, _agent_id = translate.kill(body)
+            gate.kill_task(stream, fid, task_id)
+        elif kind == "ACKNOWLEDGE":
+            agent_id, task_id, status_uuid = translate.acknowledge(body)
+            gate.acknowledge_status_update(stream, fid, agent_id, task_id, status_uuid)
+        elif kind == "RECONCILE":
+            statuses = [TaskStatus(task_id=t, agent_id=a) for t, a in translate.reconcile(body)]
+            gate.reconcile_tasks(stream, fid, statuses)
+        elif kind == "MESSAGE":
+            agent_id, executor_id, data = translate.message(body)
+            gate.framework_to_executor(stream, fid, agent_id, executor_id, data)
+        elif kind == "TEARDOWN":
+            gate.unregister_framework(stream, fid)
+            stream.close("torn down by its scheduler")
+        elif kind == "REQUEST":
+            pass  # Mesos' own allocator ignores requests too
+        else:
+            return f"{kind[:40]!r}: mezzo does not serve this call (see docs/mesos-compatibility.md)"
+        return None
+
+
+def _for_role(roles: list[str], role: str) -> bool:
+    """REVIVE and SUPPRESS name roles (none: all of them); a mezzo framework has one."""
+    return not roles or role in roles
+
+
+def _task_error(task_id: str, message: str) -> TaskStatus:
+    return TaskStatus(
+        task_id=task_id,
+        state=TaskState.TASK_ERROR,
+        message=message,
+        reason="task_invalid",
+        source="master",
+        timestamp=time.time(),
+    )
+
+
+def _error(status: int, message: str) -> web.Response:
+    """Mesos answers its scheduler API's errors in plain text; so does the façade."""
+    return web.Response(status=status, text=message)
+
+
+async def _read_body(request: web.Request) -> bytes | None:
+    """The body, or None past :data:`MAX_CALL_BYTES` (read no further than that)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > MAX_CALL_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

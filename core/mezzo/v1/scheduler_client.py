@@ -1,0 +1,150 @@
+"""A blocking client of the v1 scheduler API: a framework in one thread, no event loop.
+
+``mezzo run`` is a framework of one task that lives for a few hundred milliseconds;
+the Thrift driver's event loop, codec and threads would be most of its cost. This
+client speaks the master's v1 scheduler API (:mod:`mezzo.http.scheduler_api`)
+instead, as any Mesos framework would: one connection holds the ``SUBSCRIBE``
+stream, read by a thread into a queue; calls go on a second, kept-alive one.
+
+    client = SchedulerClient(("127.0.0.1", 5050), {"name": "run", "user": "me"}, context=None)
+    framework_id = client.subscribe()
+    event = client.next_event(timeout=1.0)     # a dict, None after timeout, or StreamEnded
+    client.call("ACCEPT", {...})
+    client.close()
+
+Errors: :class:`CallRefused` (the master answered a call or the subscription with an
+error status: ``status`` and its text), and the socket's own ``OSError`` s.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Any
+
+from ..blocking_http import HttpConnection
+from .recordio import RecordReader
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+
+PATH = "/api/v1/scheduler"
+JSON = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+class CallRefused(Exception):
+    """The master answered ``status`` (not 2xx) with ``text``."""
+
+    def __init__(self, call: str, status: int, text: str) -> None:
+        super().__init__(f"{call}: HTTP {status}: {text}")
+        self.call = call
+        self.status = status
+        self.text = text
+
+
+class StreamEnded:
+    """The event after the last: the stream is over (``reason`` says how)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"StreamEnded({self.reason!r})"
+
+
+class SchedulerClient:
+    """One framework's subscription and calls; see the module docstring."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        framework_info: dict[str, Any],
+        *,
+        context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.framework_info = framework_info
+        self.framework_id = ""
+        self.stream_id = ""
+        self._context = context
+        self._timeout = timeout
+        self._stream: HttpConnection | None = None
+        self._calls: HttpConnection | None = None
+        self._events: queue.SimpleQueue[dict[str, Any] | StreamEnded] = queue.SimpleQueue()
+
+    def subscribe(self, framework_id: str = "") -> str:
+        """Subscribe (again, as ``framework_id``, after a lost stream); the framework's
+        id once ``SUBSCRIBED`` came. :class:`CallRefused` when the master refused."""
+        info = dict(self.framework_info)
+        call: dict[str, Any] = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}
+        if framework_id:
+            info["id"] = {"value": framework_id}
+            call["framework_id"] = {"value": framework_id}
+        for _hop in range(2):
+            host, port = self.address
+            self._stream = HttpConnection(host, port, timeout=self._timeout, context=self._context)
+            answer = self._stream.open("POST", PATH, json.dumps(call).encode(), JSON)
+            if answer.status == 200:
+                break
+            text = answer.read_body(64 * 1024).decode("utf-8", "replace")
+            self._stream.close()
+            location = answer.header("location") or ""
+            if answer.status == 307 and location.startswith("//"):
+                # A standby names the leader (``//host:port/path``): subscribe there.
+                where = location[2:].split("/", 1)[0]
+                leader, _, leader_port = where.rpartition(":")
+                if leader and leader_port.isdigit():
+                    self.address = (leader.strip("[]"), int(leader_port))
+                    continue
+            raise CallRefused("SUBSCRIBE", answer.status, text.strip())
+        else:
+            raise CallRefused("SUBSCRIBE", 307, "redirected twice: no master leads")
+        self.stream_id = answer.header("mesos-stream-id") or ""
+        self._events = queue.SimpleQueue()
+        threading.Thread(target=self._read, args=(answer, self._events), daemon=True).start()
+        first = self.next_event(self._timeout)
+        if not isinstance(first, dict) or first.get("type") != "SUBSCRIBED":
+            raise CallRefused("SUBSCRIBE", 200, f"the stream began with {first!r}, not SUBSCRIBED")
+        self.framework_id = first["subscribed"]["framework_id"]["value"]
+        return self.framework_id
+
+    def _read(self, answer: Any, events: queue.SimpleQueue[dict[str, Any] | StreamEnded]) -> None:
+        reader = RecordReader()
+        reason = "the master ended the stream"
+        try:
+            for piece in answer.pieces():
+                for record in reader.feed(piece):
+                    events.put(json.loads(record))
+        except (OSError, ValueError) as exc:
+            reason = f"the stream broke: {exc}"
+        events.put(StreamEnded(reason))
+
+    def next_event(self, timeout: float | None) -> dict[str, Any] | StreamEnded | None:
+        """The next event; None when none came within ``timeout`` seconds."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def call(self, kind: str, body: dict[str, Any] | None = None) -> None:
+        """Send one call (``body`` under the type's key); :class:`CallRefused` unless 2xx."""
+        message: dict[str, Any] = {"type": kind, "framework_id": {"value": self.framework_id}}
+        if body is not None:
+            message[kind.lower()] = body
+        if self._calls is None:
+            host, port = self.address
+            self._calls = HttpConnection(host, port, timeout=self._timeout, context=self._context)
+        answer = self._calls.request(
+            "POST", PATH, json.dumps(message).encode(), {**JSON, "Mesos-Stream-Id": self.stream_id}
+        )
+        if not 200 <= answer.status < 300:
+            raise CallRefused(kind, answer.status, answer.body.decode("utf-8", "replace").strip())
+
+    def close(self) -> None:
+        for conn in (self._calls, self._stream):
+            if conn is not None:
+                conn.close()
+        self._calls = self._stream = None

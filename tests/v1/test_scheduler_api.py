@@ -1,0 +1,276 @@
+"""The v1 scheduler API against a real master and agents, spoken as pymesos speaks it.
+
+Every behaviour of the façade a Mesos framework relies on, and every refusal, with
+the bare client of :mod:`.v1_client` (http.client and JSON, nothing of mezzo's).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+
+import pytest
+
+from mezzo.testing import LocalProcessCluster, wait_for
+
+from ..conftest import Recorder, one_task
+from .v1_client import V1Scheduler
+
+
+@pytest.fixture
+def cluster(mezzo_cluster) -> LocalProcessCluster:
+    return mezzo_cluster(
+        agents=2,
+        master={"allocation_interval": 0.02, "http": {"event_heartbeat": 0.3}},
+        agent_resources="cpus:2;mem:1024;disk:1000;ports:[31000-31009]",
+    )
+
+
+@pytest.fixture
+def scheduler(cluster):
+    made: list[V1Scheduler] = []
+
+    def make(auto_ack: bool = True, **info) -> V1Scheduler:
+        s = V1Scheduler(cluster.master, info, auto_ack=auto_ack)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def framework_of(cluster: LocalProcessCluster, framework_id: str) -> dict | None:
+    for f in cluster.state()["frameworks"]:
+        if f["id"] == framework_id:
+            return f
+    return None
+
+
+def test_subscribe_streams_subscribed_heartbeats_and_nested_offers(cluster, scheduler) -> None:
+    s = scheduler(name="probe", failover_timeout=100)
+    response = s.subscribe()
+    assert response.status == 200
+    assert response.getheader("Transfer-Encoding") == "chunked"  # pymesos refuses anything else
+    assert response.getheader("Content-Type") == "application/json"
+    assert s.stream_id and len(s.stream_id) <= 128
+    first = s.events[0]
+    assert first["type"] == "SUBSCRIBED"
+    assert first["subscribed"]["heartbeat_interval_seconds"] == 0.3
+    info = first["subscribed"]["master_info"]
+    assert info["port"] == cluster.port and info["address"]["port"] == cluster.port
+    assert info["address"]["ip"] == "127.0.0.1"
+    assert s.events[1]["type"] == "HEARTBEAT"  # at once, as Mesos does
+    offers = s.offers()
+    assert {o["agent_id"]["value"] for o in offers} == {a["id"] for a in cluster.state()["agents"]}
+    cpus = [r for r in offers[0]["resources"] if r["name"] == "cpus"]
+    assert cpus == [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 2.0}, "role": "*", "allocation_info": {"role": "*"}}
+    ]
+    ports = [r for r in offers[0]["resources"] if r["name"] == "ports"]
+    assert ports[0]["type"] == "RANGES" and ports[0]["ranges"] == {"range": [{"begin": 31000, "end": 31009}]}
+    # Heartbeats keep coming while nothing else does.
+    count = sum(e["type"] == "HEARTBEAT" for e in s.events)
+    wait_for(lambda: sum(e["type"] == "HEARTBEAT" for e in s.events) >= count + 2, timeout=5)
+    framework = framework_of(cluster, s.framework_id)
+    assert framework is not None and framework["name"] == "probe" and framework["active"]
+
+
+def test_a_command_task_runs_its_updates_carry_uuids_and_acks_end_them(cluster, scheduler) -> None:
+    s = scheduler(auto_ack=False)
+    s.subscribe()
+    offer = s.offers()[0]
+    assert s.launch(offer, "t1", "echo hi") == (202, "")
+    states = []
+    for state in ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED"):
+        status = s.wait_state("t1", state)
+        states.append(status)
+        assert status["source"] == "SOURCE_AGENT"  # mezzo's command executor is the agent's own
+        assert status["agent_id"] == offer["agent_id"]
+        assert len(base64.b64decode(status["uuid"])) == 16
+        # The next update comes only once this one is acknowledged (one in flight per task).
+        assert len(s.updates("t1")) == len(states)
+        assert s.acknowledge(status) == (202, "")
+    assert isinstance(states[-1]["timestamp"], float)
+    assert [st["state"] for st in s.updates("t1")] == ["TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED"]
+
+
+def test_v1_and_thrift_frameworks_share_the_cluster_and_the_state(cluster, scheduler, drivers) -> None:
+    recorder = Recorder(on_offers=one_task("sleep 30", "thrift-task"))
+    drivers(recorder, "thrift-framework", cluster.master)
+    wait_for(lambda: "TASK_RUNNING" in recorder.states_of("thrift-task"), timeout=15)
+    s = scheduler(name="v1-framework")
+    s.subscribe()
+    # The Thrift framework holds 1 of some agent's 2 cpus: the v1 framework is offered the rest.
+    offers = s.offers()
+    assert sorted(o_cpus(o) for o in offers) == [1.0, 2.0]
+    assert s.launch(offers[0], "v1-task", "sleep 30") == (202, "")
+    s.wait_state("v1-task", "TASK_RUNNING")
+    state = cluster.state()
+    names = {f["id"]: f["name"] for f in state["frameworks"]}
+    tasks = {names[t["framework_id"]]: t["id"] for t in state["tasks"]}
+    assert tasks == {"thrift-framework": "thrift-task", "v1-framework": "v1-task"}
+
+
+def o_cpus(offer: dict) -> float:
+    return sum(r["scalar"]["value"] for r in offer["resources"] if r["name"] == "cpus")
+
+
+def test_decline_with_a_filter_suppress_and_revive(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    offers = s.offers()
+    assert s.call("DECLINE", {"offer_ids": [o["id"] for o in offers], "filters": {"refuse_seconds": 60}}) == (202, "")
+    seen = len(s.events)
+    assert s.call("SUPPRESS") == (202, "")
+    framework = framework_of(cluster, s.framework_id)
+    wait_for(lambda: not framework_of(cluster, s.framework_id)["active"], timeout=5)
+    assert framework is not None
+    assert not any(e["type"] == "OFFERS" for e in s.events[seen:])
+    # REVIVE both resumes offers and clears the 60 s refuse filter.
+    assert s.call("REVIVE") == (202, "")
+    assert s.offers(after=seen)
+
+
+def test_kill_and_implicit_reconciliation(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    offer = s.offers()[0]
+    s.launch(offer, "sleeper", "sleep 60")
+    s.wait_state("sleeper", "TASK_RUNNING")
+    assert s.call("RECONCILE", {"tasks": []}) == (202, "")
+    answer = s.wait_for("UPDATE", lambda e: e["update"]["status"].get("reason") == "REASON_RECONCILIATION")
+    status = answer["update"]["status"]
+    assert status["state"] == "TASK_RUNNING" and status["source"] == "SOURCE_MASTER"
+    assert "uuid" not in status  # master-made: nothing to acknowledge
+    assert s.call("KILL", {"task_id": {"value": "sleeper"}}) == (202, "")
+    s.wait_state("sleeper", "TASK_KILLED")
+
+
+def test_an_unreadable_task_is_task_error_and_the_others_launch(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    offer = s.offers()[0]
+    good = {
+        "task_id": {"value": "good"},
+        "agent_id": offer["agent_id"],
+        "name": "good",
+        "command": {"value": "true"},
+        "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}],
+    }
+    bad = {**good, "task_id": {"value": "bad"}, "name": "bad",
+           "resources": [{"name": "disks", "type": "SET", "set": {"item": ["sda1"]}}]}
+    status, _ = s.call("ACCEPT", {"offer_ids": [offer["id"]],
+                                  "operations": [{"type": "LAUNCH", "launch": {"task_infos": [good, bad]}}]})
+    assert status == 202
+    error = s.wait_state("bad", "TASK_ERROR")
+    assert "SET" in error["message"] and error["reason"] == "REASON_TASK_INVALID"
+    s.wait_state("good", "TASK_FINISHED")
+
+
+def test_the_scheduler_leaves_and_comes_back_within_its_failover_timeout(cluster, scheduler) -> None:
+    s = scheduler(failover_timeout=60)
+    s.subscribe()
+    s.launch(s.offers()[0], "keeps", "sleep 60")
+    s.wait_state("keeps", "TASK_RUNNING")
+    fid = s.framework_id
+    s.disconnect()
+    wait_for(lambda: not framework_of(cluster, fid)["connected"], timeout=10)
+    # A call on a stream that is gone: 403, as Mesos answers a disconnected framework.
+    assert s.call("REVIVE")[0] in (400, 403)
+    back = V1Scheduler(cluster.master, {"name": "v1-test", "failover_timeout": 60})
+    try:
+        assert back.subscribe(framework_id=fid).status == 200
+        assert back.framework_id == fid
+        assert [t["id"] for t in cluster.state()["tasks"] if t["framework_id"] == fid] == ["keeps"]
+        assert back.call("KILL", {"task_id": {"value": "keeps"}}) == (202, "")
+        back.wait_state("keeps", "TASK_KILLED")
+    finally:
+        back.close()
+
+
+def test_teardown_removes_the_framework_and_kills_its_tasks(cluster, scheduler) -> None:
+    s = scheduler(failover_timeout=60)
+    s.subscribe()
+    s.launch(s.offers()[0], "doomed", "sleep 60")
+    s.wait_state("doomed", "TASK_RUNNING")
+    assert s.call("TEARDOWN") == (202, "")
+    assert s.ended.wait(10)
+    wait_for(lambda: framework_of(cluster, s.framework_id) is None, timeout=10)
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+
+def raw_post(cluster, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
+    try:
+        conn.request("POST", "/api/v1/scheduler", body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_content_type_missing_is_400_and_not_json_415(cluster) -> None:
+    body = b'{"type": "SUBSCRIBE"}'
+    status, text = raw_post(cluster, body, {})
+    assert status == 400 and "Content-Type" in text
+    status, text = raw_post(cluster, body, {"Content-Type": "application/x-protobuf"})
+    assert status == 415 and "application/json" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"{not json", "JSON"),
+        (b"[1, 2]", "object"),
+        (b'{"type": 7}', "type"),
+        (b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "u"}}}', "name"),
+        (b'{"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x", "failover_timeout": -1}}}',
+         "failover_timeout"),
+        (b"[" * 100_000 + b"]" * 100_000, "deep"),
+    ],
+)
+def test_a_malformed_subscription_is_400_naming_what_is_wrong(cluster, body, words) -> None:
+    status, text = raw_post(cluster, body, {"Content-Type": "application/json"})
+    assert status == 400, text
+    assert words.lower() in text.lower()
+    assert cluster.state()["frameworks"] == []  # and the master serves on
+
+
+def test_calls_need_the_right_stream_and_framework(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    real = s.stream_id
+    s.stream_id = None
+    status, text = s.call("REVIVE")
+    assert status == 400 and "Mesos-Stream-Id" in text
+    s.stream_id = "0" * 32
+    assert s.call("REVIVE")[0] == 400
+    s.stream_id = real
+    fid, s.framework_id = s.framework_id, "no-such-framework"
+    status, text = s.call("REVIVE")
+    assert status == 400 and "cannot be found" in text
+    s.framework_id = fid
+    status, text = s.call("SUBSCRIBE", {"framework_info": {"name": "again"}})
+    assert status == 400 and "Mesos-Stream-Id" in text
+    status, text = s.call("ACCEPT", {"offer_ids": [], "operations": [{"type": "RESERVE", "reserve": {}}]})
+    assert status == 400 and "RESERVE" in text
+    status, text = s.call("ACCEPT_INVERSE_OFFERS", {})
+    assert status == 400 and "ACCEPT_INVERSE_OFFERS" in text
+    status, text = s.call("ACKNOWLEDGE", {"agent_id": {"value": "a"}, "task_id": {"value": "t"}, "uuid": "%%%"})
+    assert status == 400 and "uuid" in text
+    status, text = s.call("REVIVE", raw=b"x" * (9 << 20))
+    assert status == 413
+    # None of it harmed the stream or the master.
+    seen = len(s.events)
+    wait_for(lambda: any(e["type"] == "HEARTBEAT" for e in s.events[seen:]), timeout=5)
+    assert framework_of(cluster, s.framework_id) is not None
+
+
+def test_a_call_before_subscribing_is_refused(cluster) -> None:
+    body = json.dumps({"type": "REVIVE", "framework_id": {"value": "f"}}).encode()
+    status, text = raw_post(cluster, body, {"Content-Type": "application/json", "Mesos-Stream-Id": "x"})
+    assert status == 400 and "cannot be found" in text
