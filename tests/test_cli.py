@@ -267,3 +267,14 @@ def test_run_says_it_needs_the_http_api_when_the_master_has_it_off(make_cluster)
     r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "echo", "hi", timeout=30)
     one_line_error(r, 1, "mezzo run needs the master's HTTP API")
     assert r.stdout == ""
+
+
+def test_run_of_a_task_longer_than_its_timeouts_keeps_its_stream(make_cluster):
+    # The stream is quiet between heartbeats (15 s): reading it must not time out like a
+    # call (5 s), which would redial and fail the framework over for nothing.
+    cluster = make_cluster(1, master={"allocation_interval": 0.01})
+    r = mezzo("run", "--master", cluster.master, "--cpus", "0.5", "--mem", "32", "--", "sh", "-c",
+              "sleep 7; echo done", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "done\n"
+    assert "redialling" not in r.stderr and "lost the master" not in r.stderr

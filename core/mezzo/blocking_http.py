@@ -23,6 +23,7 @@ ask again on a new one.
 
 from __future__ import annotations
 
+import re
 import socket
 
 TYPE_CHECKING = False
@@ -35,6 +36,10 @@ LINE_MAX = 64 * 1024
 """The longest status line, header line or chunk-size line read."""
 HEADERS_MAX = 100
 """The most header lines in one answer."""
+PIECE_MAX = 16 << 20
+"""The largest chunk of a chunked answer read (a bigger one is refused, not allocated)."""
+_DECIMAL = re.compile(rb"[0-9]{1,18}")
+_HEX = re.compile(rb"[0-9a-fA-F]{1,15}")
 
 
 class NotHttp(ConnectionError):
@@ -61,7 +66,9 @@ class Answer:
         self._source = source
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
-        self.length = int(length) if length is not None and length.isdigit() and not self.chunked else None
+        if length is not None and not self.chunked and not _DECIMAL.fullmatch(length.encode("latin-1")):
+            raise NotHttp(f"bad Content-Length {length[:40]!r}")
+        self.length = int(length) if length is not None and not self.chunked else None
         """The body's length when the server said it (None: chunked, or until the connection ends)."""
         self.will_close = headers.get("connection", "").lower() == "close" or (
             self.length is None and not self.chunked
@@ -94,10 +101,12 @@ class Answer:
                 line = source.readline(LINE_MAX)
                 if not line.endswith(b"\n"):
                     raise ClosedBeforeAnswer("the connection ended inside a chunked answer")
-                try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise NotHttp(f"bad chunk size line {line[:40]!r}") from None
+                digits = line.split(b";", 1)[0].strip()
+                if not _HEX.fullmatch(digits):
+                    raise NotHttp(f"bad chunk size line {line[:40]!r}")
+                size = int(digits, 16)
+                if size > PIECE_MAX:
+                    raise TooLarge(f"a chunk of {size} bytes, more than the {PIECE_MAX} read at once")
                 if size == 0:
                     while source.readline(LINE_MAX) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
@@ -169,6 +178,12 @@ class HttpConnection:
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         self._sock.sendall(head + body if body else head)
         return _read_head(self._file)
+
+    def set_read_timeout(self, seconds: float | None) -> None:
+        """From now on wait at most ``seconds`` (None: for ever) for each read: a stream
+        that may be quiet for a while reads with a timeout longer than the requests'."""
+        if self._sock is not None:
+            self._sock.settimeout(seconds)
 
     def close(self) -> None:
         """Close the connection; a thread blocked reading it wakes up (end of stream)."""

@@ -233,7 +233,16 @@ def resolve_master(master: str, timeout: float) -> tuple[str, int]:
     if master.strip().startswith("zk://"):
         import asyncio
 
+        import structlog
+
+        from . import log
         from .state_client import leader_of
+
+        if not structlog.is_configured():
+            # A command that set no logging up (mezzo run, ps): the ZooKeeper client's
+            # lines go to stderr, and only what goes wrong. Its stdout is its output
+            # (mezzo run -- cmd > file).
+            log.configure("warning")
 
         return asyncio.run(leader_of(master, timeout))
     try:

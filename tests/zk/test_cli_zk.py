@@ -31,6 +31,31 @@ def test_state_and_run_follow_the_leader_across_a_failover(ha_cluster):
     assert r.returncode == 7, r.stderr
 
 
+def test_a_running_mezzo_run_rides_out_a_master_failover(ha_cluster):
+    # Its framework's failover_timeout is --lost-master-after: the new leader, rebuilt from
+    # the agents' reports, hands the task back when the run subscribes again.
+    import subprocess
+    import sys
+
+    cluster = ha_cluster(agents=1)
+    run = subprocess.Popen([sys.executable, "-m", "mezzo", "run", "--master", cluster.master, "--cpus", "0.5",
+                            "--mem", "32", "--lost-master-after", "30", "--", "sh", "-c", "sleep 4; echo survived"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from mezzo.operator_client import OperatorClient
+
+        with OperatorClient(cluster.master) as api:
+            wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the task to run")
+        old = cluster.leader()
+        cluster.kill(old, signal.SIGKILL)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    assert out == "survived\n"
+    assert "lost the master; redialling" in err and "the master is back" in err
+
+
 def test_master_names_a_bad_zk_url_and_an_unreachable_zookeeper(tmp_path):
     r = mezzo("master", "--zk", "zk://127.0.0.1:2181", "--listen", "127.0.0.1:0", timeout=30)
     assert r.returncode == 2

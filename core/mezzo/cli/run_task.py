@@ -98,12 +98,12 @@ class _OneTask:
                         self.most_free[name] = max(self.most_free.get(name, 0.0), free.get(name, 0.0))
                 decline.append(offer["id"])
                 continue
-            self.task_id = f"{self.name}-{int(time.time() * 1000)}"
-            self.agent_id = offer["agent_id"]["value"]
+            task_id = f"{self.name}-{int(time.time() * 1000)}"
+            agent_id = offer["agent_id"]["value"]
             command = shlex.join(self.argv)
-            _say(f"launching {self.task_id} on {offer['hostname']} ({self.agent_id}): {command}")
+            _say(f"launching {task_id} on {offer['hostname']} ({agent_id}): {command}")
             task = {
-                "task_id": {"value": self.task_id},
+                "task_id": {"value": task_id},
                 "name": self.name,
                 "agent_id": offer["agent_id"],
                 "resources": _resources(self.resources),
@@ -111,6 +111,9 @@ class _OneTask:
             }
             operation = {"type": "LAUNCH", "launch": {"task_infos": [task]}}
             self.client.call("ACCEPT", {"offer_ids": [offer["id"]], "operations": [operation]})
+            # Only once the master took it: a call that failed launched nothing, and the
+            # next offers are wanted.
+            self.task_id, self.agent_id = task_id, agent_id
             self.client.call("SUPPRESS")
         if decline:
             # Once launched, no other offer is wanted for the rest of the run.
@@ -123,15 +126,22 @@ class _OneTask:
         message = status.get("message", "")
         task_id = status["task_id"]["value"]
         _say(f"{task_id} {state}" + (f": {message}" if message else ""))
+        if state in TERMINAL and task_id == self.task_id:
+            # Recorded before acknowledging: were the acknowledgement's answer lost, the
+            # agent would not send the end again.
+            self.final = status
+            self.exit_status = _exit_status(state, message)
         if "uuid" in status:
             self.client.call(
                 "ACKNOWLEDGE",
                 {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
             )
-        if state not in TERMINAL or task_id != self.task_id:
-            return
-        self.final = status
-        self.exit_status = _exit_status(state, message)
+
+    def reconcile(self) -> None:
+        """Ask the master for the task's latest state: after subscribing again, so that
+        an end whose update went down the old stream is known all the same."""
+        if self.task_id:
+            self.client.call("RECONCILE", {"tasks": [{"task_id": {"value": self.task_id}}]})
 
 
 def _exit_status(state: str, message: str) -> int:
@@ -225,6 +235,10 @@ def run_command(
                 framework_id = client.subscribe()
             except CallRefused as exc:
                 raise RequestFailed(f"the master refused the framework: {exc.text}") from None
+            except OSError as exc:
+                raise MasterUnreachable(
+                    f"cannot subscribe at {api.address}: {exc.strerror or exc or type(exc).__name__}"
+                ) from None
             _say(f"registered with {api.address} as framework {framework_id}")
             status = _wait(scheduler, api, timeout, lost_master_after)
         except KeyboardInterrupt:
@@ -245,8 +259,11 @@ def _teardown(client: SchedulerClient) -> None:
     if client.framework_id:
         try:
             client.call("TEARDOWN")
-        except (CallRefused, OSError):
-            pass
+        except (CallRefused, OSError) as exc:
+            _say(
+                f"could not end framework {client.framework_id} ({exc}): a task still running ends when "
+                f"the master gives up waiting for it (--lost-master-after), or with mezzo teardown"
+            )
     client.close()
 
 
@@ -287,6 +304,10 @@ def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_
                 return EXIT_NOT_RUN
             if _resubscribe(client, api):
                 lost_since, attempts = None, 0
+                try:
+                    scheduler.reconcile()
+                except (CallRefused, OSError):
+                    lost_since = time.monotonic()  # gone again
             else:
                 # Backing off: a master that refuses at once is not asked in a tight loop.
                 time.sleep(min(0.1 * 2**attempts, 2.0))
@@ -353,6 +374,8 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
     stderr and where its sandbox is, on stderr."""
     status, task_id, agent_id = scheduler.final, scheduler.task_id, scheduler.agent_id
     carried = base64.b64decode(status.get("data", "")) if status is not None else b""
+    # An end learnt by reconciling carries no output: the file is read, however short.
+    reconciled = status is not None and status.get("reason") == "REASON_RECONCILIATION"
     framework_id = scheduler.client.framework_id
     if not task_id or not framework_id:
         sys.stdout.write(carried.decode("utf-8", "replace"))
@@ -362,7 +385,7 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
     try:
         # Shorter than the tail the command executor sends, it is the whole file: no round
         # trip through the master to the agent (a fifth of what the run took after the end).
-        short = len(carried) < OUTPUT_TAIL_BYTES
+        short = len(carried) < OUTPUT_TAIL_BYTES and not reconciled
         size = len(carried) if short else api.read_file(agent_id, f"{sandbox}/stdout", -1)["offset"]
         if size > len(carried):  # the status carries only the last 64 KiB
             tools.copy_file(api, agent_id, f"{sandbox}/stdout", 0, out, until=size)

@@ -19,19 +19,24 @@ path for both kinds of framework.
   with an empty body, or ``400`` naming what is wrong (unknown framework, wrong or
   missing stream id, a field that cannot be read, an operation mezzo does not
   have), ``403`` when the framework is not subscribed or the caller is not the one
-  who subscribed, ``415`` for a body that is not JSON.
+  who subscribed, ``415`` for a ``Content-Type`` other than JSON.
 - A task in an ``ACCEPT`` that cannot be read (a ``SET`` resource, ``uris``) is
   answered ``TASK_ERROR`` on the stream, as Mesos answers an invalid task; the other
   tasks of the call are launched.
 
-Bounds: a call's body is at most :data:`MAX_CALL_BYTES` (413 past it); the events
-waiting for a scheduler are bounded by the stream (its framework is disconnected
-past that, as after a broken connection). Callers are who their TLS certificate
+Bounds, since anyone who reaches the port may call: the stream and the caller are
+checked before the body is read; a body is at most :data:`MAX_SUBSCRIBE_BYTES`
+without a stream and :data:`MAX_CALL_BYTES` with one (413 past it), and one larger
+than :data:`INLINE_PARSE_BYTES` is decoded in a thread, not on the master's loop; an
+ACCEPT launches at most :data:`MAX_TASKS_PER_CALL` tasks. The events waiting for a
+scheduler are bounded by its stream, which is cut off past that (the framework is
+disconnected, as after a broken connection). Callers are who their TLS certificate
 says, as on the Thrift port; the master's ACLs decide what they may do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any, Protocol
@@ -47,8 +52,14 @@ from .access import caller, peer_of
 
 log = structlog.get_logger("mezzo.http", component="v1-scheduler")
 
-MAX_CALL_BYTES = 8 << 20
-"""Largest call body read: an ACCEPT launching thousands of tasks fits."""
+MAX_CALL_BYTES = 4 << 20
+"""Largest body of a call on a stream: an ACCEPT launching thousands of tasks fits."""
+MAX_SUBSCRIBE_BYTES = 64 << 10
+"""Largest body without a stream (a SUBSCRIBE's FrameworkInfo is well under 1 KiB)."""
+MAX_TASKS_PER_CALL = 10_000
+"""Most tasks one ACCEPT may launch (each invalid one is an event to send back)."""
+INLINE_PARSE_BYTES = 64 << 10
+"""Bodies larger than this are decoded in a thread, not on the master's loop."""
 STREAMING = "v1-scheduler-stream"
 """The tag of a subscription's HTTP link: registered, as the port's idle check sees it."""
 
@@ -90,22 +101,44 @@ class SchedulerApi:
             return _error(400, "Expecting 'Content-Type' to be present")
         if content_type.split(";", 1)[0].strip().lower() != JSON:
             return _error(415, f"Content-Type {content_type[:60]!r}: only {JSON} is served (no protobuf)")
-        body = await _read_body(request)
+        # Who is calling, before reading a byte of the body: a body is parsed on the loop
+        # (or, a big one, in a thread) only for a live stream's own principal.
+        stream_id = request.headers.get("Mesos-Stream-Id")
+        stream: SchedulerStream | None = None
+        if stream_id is not None:
+            stream = self.streams.get(stream_id)
+            if stream is None:
+                return _error(400, f"The stream ID {stream_id[:100]!r} included in this request is not valid")
+            if stream.closing:
+                return _error(403, "Framework is not subscribed")
+            if caller(request) != stream.principal:
+                # The stream id is not a secret worth a framework: the caller must be who subscribed.
+                return _error(403, "the caller is not the principal that subscribed this framework")
+        limit = MAX_CALL_BYTES if stream is not None else MAX_SUBSCRIBE_BYTES
+        body = await _read_body(request, limit)
         if body is None:
-            return _error(413, f"a call's body is at most {MAX_CALL_BYTES} bytes")
+            return _error(
+                413, f"a call's body is at most {limit} bytes" + ("" if stream else " without a stream")
+            )
         try:
-            call = translate.parse_call(body)
+            if len(body) > INLINE_PARSE_BYTES:
+                role = stream.role if stream is not None else "*"
+                loop = asyncio.get_running_loop()
+                call, accept = await loop.run_in_executor(None, _decode, body, role)
+            else:
+                call, accept = _decode(body, stream.role if stream is not None else "*")
         except translate.BadCall as exc:
             return _error(400, f"Failed to validate scheduler::Call: {exc}")
         if call.type == "SUBSCRIBE":
-            if "Mesos-Stream-Id" in request.headers:
+            if stream is not None:
                 return _error(400, "Subscribe calls should not include the 'Mesos-Stream-Id' header")
             return await self._subscribe(request, call)
-        stream = self._stream_of(request, call)
-        if isinstance(stream, web.Response):
-            return stream
+        if stream is None:
+            return self._without_stream(call)
+        if call.framework_id != stream.framework_id:
+            return _error(400, f"{call.type}: 'framework_id' is not the framework of this stream")
         try:
-            problem = self._dispatch(stream, call)
+            problem = self._dispatch(stream, call, accept)
         except translate.BadCall as exc:
             return _error(400, f"Failed to validate scheduler::Call: {exc}")
         if problem is not None:
@@ -124,6 +157,7 @@ class SchedulerApi:
                 return _error(400, "'framework_id' differs from 'subscribe.framework_info.id'")
             info.framework_id = call.framework_id
         master = self._master
+        link: Any = request.transport
         stream = SchedulerStream(
             uuid.uuid4().hex,
             peer=peer_of(request),
@@ -131,6 +165,9 @@ class SchedulerApi:
             role=info.role,
             heartbeat_interval=master.config.http.event_heartbeat,
             master_info=self._master_info,
+            # A scheduler that stops reading is cut off at once, not once its blocked
+            # write times out (write_stall_timeout): the handler is stuck in that write.
+            abort=link.abort if link is not None else None,
         )
         master.gate.register_framework(stream, info)
         if not stream.framework_id:  # SUBSCRIBED was not sent
@@ -145,7 +182,6 @@ class SchedulerApi:
             status = 403 if "may not" in reason or "another principal" in reason else 400
             return _error(status, reason)
         self.streams[stream.stream_id] = stream
-        link: Any = request.transport
         if link is not None and hasattr(link, "tag"):
             link.tag = STREAMING  # the port's idle check spares it
         response = web.StreamResponse(
@@ -173,6 +209,13 @@ class SchedulerApi:
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the scheduler left: its framework is disconnected below
+        except asyncio.CancelledError:
+            # The master is stopping (aiohttp cancels the handlers): its frameworks are
+            # not disconnected by it, or those with no failover_timeout would be removed
+            # and their tasks killed while the agents are still connected. A Thrift
+            # scheduler's connection closes after the agents' too.
+            stream.tag = None
+            raise
         finally:
             self.streams.pop(stream.stream_id, None)
             if link is not None and getattr(link, "tag", None) == STREAMING:
@@ -195,38 +238,32 @@ class SchedulerApi:
 
     # -- the other calls -----------------------------------------------------------------
 
-    def _stream_of(self, request: web.Request, call: translate.Call) -> SchedulerStream | web.Response:
-        """The live stream the call is for, or the error answer (Mesos' codes)."""
+    def _without_stream(self, call: translate.Call) -> web.Response:
+        """The answer to a call without ``Mesos-Stream-Id`` (Mesos' codes)."""
         if not call.framework_id:
             return _error(400, f"{call.type}: 'framework_id' is required")
-        stream_id = request.headers.get("Mesos-Stream-Id")
-        stream = self.streams.get(stream_id) if stream_id else None
-        if stream is None or stream.framework_id != call.framework_id:
-            record = self._master.state.frameworks.get(call.framework_id)
-            if record is None:
-                return _error(400, f"Framework {call.framework_id[:100]!r} cannot be found")
-            if record.conn is None:
-                return _error(403, "Framework is not subscribed")
-            if not stream_id:
-                return _error(400, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
-            return _error(400, f"The stream ID {stream_id[:100]!r} included in this request is not valid")
-        if stream.closing:
+        record = self._master.state.frameworks.get(call.framework_id)
+        if record is None:
+            return _error(400, f"Framework {call.framework_id[:100]!r} cannot be found")
+        if record.conn is None:
             return _error(403, "Framework is not subscribed")
-        if caller(request) != stream.principal:
-            # The stream id is not a secret worth a framework: the caller must be who subscribed.
-            return _error(403, f"{call.type}: the caller is not the principal that subscribed this framework")
-        return stream
+        return _error(400, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
 
-    def _dispatch(self, stream: SchedulerStream, call: translate.Call) -> str | None:
+    def _dispatch(
+        self, stream: SchedulerStream, call: translate.Call, accept: translate.Accept | None
+    ) -> str | None:
         """Hand ``call`` to the master; a problem to answer 400 with, or None."""
         gate = self._master.gate
         fid = call.framework_id
         body = call.body
         kind = call.type
         if kind == "ACCEPT":
-            accept = translate.task_infos_of_accept(body, stream.role)
+            assert accept is not None
             if accept.refused_operations:
-                return "; ".join(accept.refused_operations)
+                more = len(accept.refused_operations) - 3
+                return "; ".join(accept.refused_operations[:3]) + (f"; and {more} more" if more > 0 else "")
+            if len(accept.tasks) + len(accept.invalid) > MAX_TASKS_PER_CALL:
+                return f"accept: more than {MAX_TASKS_PER_CALL} tasks in one call; launch them in several"
             for task_id, message in accept.invalid:
                 stream.status_update(_task_error(task_id, message))
             gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters)
@@ -282,13 +319,21 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message)
 
 
-async def _read_body(request: web.Request) -> bytes | None:
-    """The body, or None past :data:`MAX_CALL_BYTES` (read no further than that)."""
+def _decode(body: bytes, role: str) -> tuple[translate.Call, translate.Accept | None]:
+    """The call in ``body``, and an ACCEPT's tasks decoded (the costly part, so that a
+    big call is decoded off the loop as a whole)."""
+    call = translate.parse_call(body)
+    accept = translate.task_infos_of_accept(call.body, role) if call.type == "ACCEPT" else None
+    return call, accept
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None past ``limit`` bytes (read no further than that)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(1 << 16):
         size += len(chunk)
-        if size > MAX_CALL_BYTES:
+        if size > limit:
             return None
         chunks.append(chunk)
     return b"".join(chunks)

@@ -95,7 +95,8 @@ class ZkRegistry:
     The name sorts after ``json.info_``: Mesos frameworks (pymesos) take the smallest
     child of ``<path>`` for the leader's MasterInfo (:mod:`mezzo.zk.mesos_discovery`).
     Clusters made before kept the list under ``<path>/agents``, which sorts first;
-    :meth:`load` moves it.
+    :meth:`load` moves it. So upgrade every master before one of the new ones leads: an
+    older master elected after the move would find no list and refuse every agent.
     """
 
     authoritative = True

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from typing import Any
 
 from ..blocking_http import HttpConnection
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     import ssl
 
 PATH = "/api/v1/scheduler"
+IDLE_REDIAL_SECONDS = 20.0
+"""A calls' connection idle this long is replaced before the next call (see :meth:`SchedulerClient.call`)."""
 JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
@@ -74,6 +77,7 @@ class SchedulerClient:
         self._stream: HttpConnection | None = None
         self._calls: HttpConnection | None = None
         self._events: queue.SimpleQueue[dict[str, Any] | StreamEnded] = queue.SimpleQueue()
+        self._last_call = 0.0
 
     def subscribe(self, framework_id: str = "") -> str:
         """Subscribe (again, as ``framework_id``, after a lost stream); the framework's
@@ -106,9 +110,19 @@ class SchedulerClient:
         self._events = queue.SimpleQueue()
         threading.Thread(target=self._read, args=(answer, self._events), daemon=True).start()
         first = self.next_event(self._timeout)
-        if not isinstance(first, dict) or first.get("type") != "SUBSCRIBED":
-            raise CallRefused("SUBSCRIBE", 200, f"the stream began with {first!r}, not SUBSCRIBED")
-        self.framework_id = first["subscribed"]["framework_id"]["value"]
+        try:
+            assert isinstance(first, dict) and first.get("type") == "SUBSCRIBED"
+            subscribed = first["subscribed"]
+            self.framework_id = subscribed["framework_id"]["value"]
+            heartbeat = float(subscribed.get("heartbeat_interval_seconds", 15.0))
+        except (AssertionError, KeyError, TypeError, ValueError):
+            self._stream.close()
+            raise CallRefused(
+                "SUBSCRIBE", 200, f"the stream began with {str(first)[:200]}, not SUBSCRIBED"
+            ) from None
+        # Quiet for up to a heartbeat interval: a stream with no event for five of them
+        # is taken for broken (what Mesos asks of its clients), not the calls' timeout.
+        self._stream.set_read_timeout(max(5 * heartbeat, self._timeout))
         return self.framework_id
 
     def _read(self, answer: Any, events: queue.SimpleQueue[dict[str, Any] | StreamEnded]) -> None:
@@ -118,9 +132,10 @@ class SchedulerClient:
             for piece in answer.pieces():
                 for record in reader.feed(piece):
                     events.put(json.loads(record))
-        except (OSError, ValueError) as exc:
-            reason = f"the stream broke: {exc}"
-        events.put(StreamEnded(reason))
+        except Exception as exc:  # noqa: BLE001 - whatever broke it, the stream is over
+            reason = f"the stream broke: {type(exc).__name__}: {exc}"
+        finally:
+            events.put(StreamEnded(reason))
 
     def next_event(self, timeout: float | None) -> dict[str, Any] | StreamEnded | None:
         """The next event; None when none came within ``timeout`` seconds."""
@@ -134,12 +149,24 @@ class SchedulerClient:
         message: dict[str, Any] = {"type": kind, "framework_id": {"value": self.framework_id}}
         if body is not None:
             message[kind.lower()] = body
+        now = time.monotonic()
+        if self._calls is not None and now - self._last_call > IDLE_REDIAL_SECONDS:
+            # The master closes idle keep-alive connections (60 s by default): a call is
+            # never sent down one it may have closed, since it could not be sent again.
+            self._calls.close()
+            self._calls = None
         if self._calls is None:
             host, port = self.address
             self._calls = HttpConnection(host, port, timeout=self._timeout, context=self._context)
-        answer = self._calls.request(
-            "POST", PATH, json.dumps(message).encode(), {**JSON, "Mesos-Stream-Id": self.stream_id}
-        )
+        self._last_call = now
+        try:
+            answer = self._calls.request(
+                "POST", PATH, json.dumps(message).encode(), {**JSON, "Mesos-Stream-Id": self.stream_id}
+            )
+        except BaseException:
+            self._calls.close()
+            self._calls = None
+            raise
         if not 200 <= answer.status < 300:
             raise CallRefused(kind, answer.status, answer.body.decode("utf-8", "replace").strip())
 

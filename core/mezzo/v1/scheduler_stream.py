@@ -61,6 +61,8 @@ def _contained(method: Method) -> Method:
 
     @functools.wraps(method)
     def contained(self: SchedulerStream, *args: Any) -> None:
+        if self.closing:
+            return  # nothing more is sent: not worth translating
         try:
             method(self, *args)
         except Exception:  # noqa: BLE001 - see the docstring
@@ -91,6 +93,7 @@ class SchedulerStream:
         role: str,
         heartbeat_interval: float,
         master_info: Callable[[str], dict[str, Any]],
+        abort: Callable[[], None] | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.peer = peer
@@ -99,6 +102,8 @@ class SchedulerStream:
         self.role = role
         self.heartbeat_interval = heartbeat_interval
         self._master_info = master_info
+        self._abort = abort
+        """Drops the HTTP connection at once (a scheduler that stopped reading)."""
         self.tag: Any = None
         """Set by the master's service (``FrameworkTag``) once the framework is registered."""
         self.framework_id = ""
@@ -222,6 +227,8 @@ class SchedulerStream:
             self.close(
                 f"more than {MAX_BUFFERED_BYTES >> 20} MiB of events unread: the scheduler is not reading"
             )
+            if self._abort is not None:
+                self._abort()
             return
         self._chunks.append(record)
         self._buffered += len(record)

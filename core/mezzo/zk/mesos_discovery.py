@@ -40,8 +40,8 @@ leader died, nobody, as in Mesos):
   readers pick). For the same reason a deposed master's late request can neither add
   a node nor delete the leader's: its check fails, and the transaction does nothing.
 
-Nothing mezzo makes under ``<path>`` sorts before ``json.info_`` except ``agents``, the
-registry of admitted agents (:mod:`mezzo.master.registry`): see docs/mesos-compatibility.md.
+Nothing else mezzo makes under ``<path>`` sorts before ``json.info_`` (``leader``, and
+``registry``, the admitted agents of :mod:`mezzo.master.registry`): keep it so.
 
 ACLs. pymesos dials ZooKeeper without credentials (kazoo even drops a ``USER:PASSWORD@``
 in its host string), so with a ``zk://USER:PASSWORD@...`` URL, where every node mezzo
