@@ -60,7 +60,7 @@ class OperatorClient:
         self.master = master
         self.timeout = timeout
         self._context: ssl.SSLContext | None = None
-        if tls is not None or os.environ.get("MEZZO_CONFIG"):
+        if (tls is not None and tls.enabled) or (tls is None and os.environ.get("MEZZO_CONFIG")):
             # Only then: ssl and the TLS settings' checks cost a plaintext command ~15 ms.
             from .rpc.tls import client_tls_for
 
