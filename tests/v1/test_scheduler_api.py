@@ -293,3 +293,22 @@ def test_a_body_is_bounded_before_it_is_read(cluster, scheduler) -> None:
     status, text = s.call("ACCEPT", {"offer_ids": [], "operations": [{"type": "LAUNCH", "launch": {"task_infos": tasks}}]})
     assert status == 400 and "more than 10000 tasks" in text
     assert not any(e["type"] == "UPDATE" for e in s.events)  # no TASK_ERROR storm either
+
+
+def test_stopping_the_master_leaves_a_v1_frameworks_tasks_running(cluster, scheduler) -> None:
+    # A master stopping is not its schedulers leaving: a framework without failover_timeout
+    # removed then would have its tasks killed through the agents still connected. Its
+    # stream must end after the agents' connections (or not count, if its handler is
+    # cancelled first: scheduler_api), as a Thrift scheduler's connection does.
+    import subprocess
+    import time
+
+    marker = "61.25"
+    s = scheduler(failover_timeout=0)
+    s.subscribe()
+    s.launch(s.offers()[0], "lives-on", f"sleep {marker}")
+    s.wait_state("lives-on", "TASK_RUNNING")
+    cluster.kill("master")
+    time.sleep(1.0)  # what the agents would have been told, they would have done by now
+    alive = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    assert alive.stdout.strip(), "the task was killed when the master stopped"
