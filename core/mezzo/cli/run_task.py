@@ -325,6 +325,8 @@ def _wait(scheduler: _OneTask, api: OperatorClient, timeout: float, lost_master_
                 _say(f"a call to the master failed ({exc}); redialling")
                 client.close()
                 lost_since = now
+            except (KeyError, TypeError, ValueError) as exc:
+                _say(f"ignored an event the master sent in an unexpected shape ({type(exc).__name__}: {exc})")
             continue
         if not scheduler.task_id and now >= next_report:
             next_report = now + WAITING_REPORT_SECONDS

@@ -117,7 +117,8 @@ class SchedulerStream:
         self.end_reason = ""
         """Why the stream ended from the master's side ("" while it lasts, or when the client left)."""
         self.errors: list[str] = []
-        """``ERROR`` messages sent: a subscription refused says why in its HTTP answer."""
+        """``ERROR`` messages sent before ``SUBSCRIBED`` (a few): a subscription refused
+        says why in its HTTP answer."""
 
     # -- what the master's service asks of a link --------------------------------------
 
@@ -204,7 +205,8 @@ class SchedulerStream:
         """No v1 counterpart (mezzo's guarantees, paper §3.3): a v1 framework never asks."""
 
     def error(self, message: str) -> None:
-        self.errors.append(message)
+        if not self.framework_id and len(self.errors) < 10:
+            self.errors.append(message)  # kept only while subscribing, for its HTTP answer
         self._send("ERROR", {"message": message})
 
     def not_leader(self, leader: str) -> None:
