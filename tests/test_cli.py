@@ -278,3 +278,25 @@ def test_run_of_a_task_longer_than_its_timeouts_keeps_its_stream(make_cluster):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "done\n"
     assert "redialling" not in r.stderr and "lost the master" not in r.stderr
+
+
+def test_run_waiting_on_a_full_cluster_keeps_its_quiet_stream(make_cluster):
+    # Nothing is offered while a hog holds the only agent whole: the stream carries no
+    # event for longer than the calls' 5 s timeout, and that is not a lost master.
+    cluster = make_cluster(1, agent_resources="cpus:1;mem:512", master={"allocation_interval": 0.01})
+    hog = subprocess.Popen([sys.executable, "-m", "mezzo", "run", "--master", cluster.master, "--cpus", "1",
+                            "--mem", "512", "--", "sleep", "30"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        from mezzo.operator_client import OperatorClient
+        from mezzo.testing import wait_for
+
+        with OperatorClient(cluster.master) as api:
+            wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the hog to run")
+        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "8",
+                  "--", "true", timeout=30)
+    finally:
+        hog.kill()
+    assert r.returncode == 124, r.stderr
+    assert "gave up after 8 s" in r.stderr
+    assert "lost the master" not in r.stderr and "redialling" not in r.stderr

@@ -108,6 +108,10 @@ class SchedulerClient:
             raise CallRefused("SUBSCRIBE", 307, "redirected twice: no master leads")
         self.stream_id = answer.header("mesos-stream-id") or ""
         self._events = queue.SimpleQueue()
+        # The reader's first wait must not end at the calls' timeout: a socket's timeout
+        # set later does not reach a read already waiting, and the first offers may be a
+        # while coming. Set below to five heartbeats, for the reads after that one.
+        self._stream.set_read_timeout(None)
         threading.Thread(target=self._read, args=(answer, self._events), daemon=True).start()
         first = self.next_event(self._timeout)
         try:
