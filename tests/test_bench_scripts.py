@@ -31,6 +31,15 @@ def test_fig10_at_a_toy_size_measures_the_probe():
     assert '"duplicates": 0' in out and '"tasks_failed": 0' in out
 
 
+def test_v1_cost_at_a_toy_size_measures_both_apis_and_compares_them():
+    out = run_bench("v1_cost.py", "--agents", "200", "--frameworks", "10", "--rounds", "1", "--runs", "1",
+                    "--settle", "0", "--probe-seconds", "1", "--task-mean", "2", "--task-stddev", "0.5",
+                    timeout=240)
+    assert "round 1 thrift:" in out and "round 1     v1:" in out
+    assert out.count("failed 0, duplicates 0, call errors 0") == 2, out
+    assert re.search(r"v1 / thrift master CPU per task: median \d+\.\d\d", out), out
+
+
 def test_overload_at_a_toy_size_runs_both_conditions_and_judges_them():
     out = run_bench("overload.py", "--agents", "200", "--frameworks", "10", "--runs", "1", "--settle", "0",
                     "--probe-seconds", "1", "--task-mean", "2", "--task-stddev", "0.5", "--no-write")

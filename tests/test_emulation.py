@@ -330,6 +330,38 @@ def test_emulation_processes_report_json_lines_and_stop_on_sigterm(make_cluster,
             frameworks.close()
 
 
+def test_v1_emulated_frameworks_run_tasks_and_a_v1_probe_finishes(make_cluster, tmp_path):
+    # The same workload through the Mesos v1 façade (mezzo.emulation.v1_frameworks):
+    # every launch, update and acknowledgement a separate HTTP request, none refused.
+    from mezzo.emulation.v1_frameworks import run_v1_probe
+
+    cluster = make_cluster(0, master={"allocation_interval": 0.01, "refuse_seconds": 0.2})
+    common = ["--master", cluster.master, "--report-every", "0.2", "--register-timeout", "10"]
+    agents = JsonLines(["agents", *common, "--count", "12", "--per-connection", "5",
+                        "--resources", AGENT_RESOURCES], tmp_path / "agents.log")
+    frameworks = None
+    try:
+        assert agents.next(15)["registered"] == 12
+        frameworks = JsonLines(["frameworks", *common, "--api", "v1", "--count", "3", "--task", TASK,
+                                "--duration", "0.3", "--stddev", "0.05", "--seed", "1"],
+                               tmp_path / "frameworks.log")
+        assert frameworks.next(15)["registered"] == 3
+        busy = frameworks.until(lambda r: r["finished"] > 24, 10, "v1 frameworks finishing tasks")
+        assert busy["registrations"] == 3 and busy["failed"] == 0 and busy["duplicates"] == 0
+        assert busy["call_errors"] == 0 and busy["launched"] >= busy["finished"]
+        names = sorted(f["name"] for f in cluster.state()["frameworks"])
+        assert names == ["emulated-0", "emulated-1", "emulated-2"]  # the master knows them as any other
+        probe = asyncio.run(run_v1_probe(cluster.master, TASK, 0.5, timeout=10, name="v1probe"))
+        assert probe.outcome == "TASK_FINISHED", probe.outcome
+        t = probe.times
+        assert t["started"] <= t["registered"] <= t["offered"] <= t["running"] <= t["finished"]
+        assert frameworks.terminate(5) == 0, (tmp_path / "frameworks.log").read_text()
+    finally:
+        agents.close()
+        if frameworks is not None:
+            frameworks.close()
+
+
 # -- EmulatedScheduler: tasks_per_offer and max_tasks ----------------------------------
 
 

@@ -312,3 +312,114 @@ def test_stopping_the_master_leaves_a_v1_frameworks_tasks_running(cluster, sched
     time.sleep(1.0)  # what the agents would have been told, they would have done by now
     alive = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
     assert alive.stdout.strip(), "the task was killed when the master stopped"
+
+
+# -- the calls' fast lane (mezzo.http.call_lane) ------------------------------------------
+
+
+class RawCalls:
+    """Calls written by hand on one keep-alive socket, answers read back in order."""
+
+    def __init__(self, cluster, s: V1Scheduler) -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", cluster.port), timeout=10)
+        self.answers = self.sock.makefile("rb")
+        self.s = s
+
+    def call_bytes(self, kind: str, body: dict | None = None, *, extra: str = "", raw: bytes | None = None) -> bytes:
+        message = {"type": kind, "framework_id": {"value": self.s.framework_id}}
+        if body is not None:
+            message[kind.lower()] = body
+        payload = raw if raw is not None else json.dumps(message).encode()
+        head = (
+            "POST /api/v1/scheduler HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Mesos-Stream-Id: {self.s.stream_id}\r\nContent-Length: {len(payload)}\r\n{extra}\r\n"
+        )
+        return head.encode() + payload
+
+    def answer(self) -> tuple[int, dict[str, str], str]:
+        status = int(self.answers.readline().split()[1])
+        headers = {}
+        while (line := self.answers.readline().decode().rstrip("\r\n")) != "":
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = self.answers.read(int(headers.get("content-length", "0"))).decode()
+        return status, headers, body
+
+    def close(self) -> None:
+        self.answers.close()
+        self.sock.close()
+
+
+def test_the_lane_and_aiohttp_answer_calls_alike_and_in_order(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    raw = RawCalls(cluster, s)
+    try:
+        # Three pipelined calls in one write: the lane answers each, in order (its
+        # answers carry no Server header; aiohttp's do).
+        bad = raw.call_bytes("REVIVE", raw=b'{"type": "REVIVE", "framework_id": {"value": 7}}')
+        raw.sock.sendall(raw.call_bytes("SUPPRESS", {}) + bad + raw.call_bytes("REVIVE", {}))
+        answers = [raw.answer() for _ in range(3)]
+        assert [a[0] for a in answers] == [202, 400, 202]
+        assert all("server" not in a[1] for a in answers)
+        assert "framework_id" in answers[1][2] and "Failed to validate scheduler::Call" in answers[1][2]
+        lane_error = answers[1][2]
+        # A request of another shape (an Origin header, of this very host) goes to aiohttp,
+        # and the connection stays aiohttp's: the same calls, the same answers.
+        origin = "Origin: http://test\r\n"  # the Host these calls name
+        raw.sock.sendall(raw.call_bytes("SUPPRESS", {}, extra=origin) + bad + raw.call_bytes("REVIVE", {}))
+        answers = [raw.answer() for _ in range(3)]
+        assert [a[0] for a in answers] == [202, 400, 202]
+        assert all("server" in a[1] for a in answers)
+        assert answers[1][2] == lane_error
+        raw.sock.sendall(b"GET /version HTTP/1.1\r\nHost: test\r\n\r\n")
+        status, _, body = raw.answer()
+        assert status == 200 and json.loads(body)["name"] == "mezzo"
+    finally:
+        raw.close()
+
+
+def test_a_call_trickled_in_is_answered_once_whole(cluster, scheduler) -> None:
+    import time
+
+    s = scheduler()
+    s.subscribe()
+    raw = RawCalls(cluster, s)
+    try:
+        # Explicit reconciliation of a task the master never knew: its answer (an
+        # UPDATE) shows the call was applied, not only answered.
+        data = raw.call_bytes("RECONCILE", {"tasks": [{"task_id": {"value": "never-was"}}]})
+        for i in range(0, len(data), 7):
+            raw.sock.sendall(data[i : i + 7])
+            time.sleep(0.002)
+        status, headers, _ = raw.answer()
+        assert status == 202 and "server" not in headers
+        assert s.wait_for("UPDATE", lambda e: e["update"]["status"]["task_id"]["value"] == "never-was", 10)
+    finally:
+        raw.close()
+
+
+def test_the_lane_refuses_what_the_route_refuses(cluster, scheduler) -> None:
+    s = scheduler()
+    s.subscribe()
+    other = scheduler()
+    other.subscribe()
+    raw = RawCalls(cluster, s)
+    try:
+        # Another framework's id on this stream; a SUBSCRIBE on a stream; an unknown stream.
+        raw.sock.sendall(
+            raw.call_bytes("REVIVE", raw=json.dumps({"type": "REVIVE", "framework_id": {"value": other.framework_id}}).encode())
+        )
+        status, headers, text = raw.answer()
+        assert (status, "server" in headers) == (400, False) and "not the framework of this stream" in text
+        raw.sock.sendall(raw.call_bytes("SUBSCRIBE", {"framework_info": {"user": "", "name": "x"}}))
+        status, _, text = raw.answer()
+        assert status == 400 and "should not include the 'Mesos-Stream-Id'" in text
+        raw.s = type("Gone", (), {"framework_id": s.framework_id, "stream_id": "no-such-stream"})()
+        raw.sock.sendall(raw.call_bytes("REVIVE", {}))
+        status, _, text = raw.answer()
+        assert status == 400 and "'no-such-stream'" in text and "not valid" in text
+    finally:
+        raw.close()

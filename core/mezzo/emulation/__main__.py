@@ -67,6 +67,9 @@ async def _run_agents(args: argparse.Namespace) -> None:
 
 
 def _run_frameworks(args: argparse.Namespace) -> None:
+    if args.api == "v1":
+        asyncio.run(_run_v1_frameworks(args))
+        return
     pool = EmulatedFrameworkPool(
         args.master,
         args.count,
@@ -100,6 +103,45 @@ def _run_frameworks(args: argparse.Namespace) -> None:
     pool.stop()
 
 
+async def _run_v1_frameworks(args: argparse.Namespace) -> None:
+    from .v1_frameworks import V1FrameworkPool  # aiohttp's client: only for this API
+
+    if args.tasks_per_offer != 1 or args.max_tasks is not None:
+        raise SystemExit("--api v1 runs one task per offer, without --max-tasks")
+    pool = V1FrameworkPool(
+        args.master,
+        args.count,
+        args.task,
+        normal_duration(args.duration, args.stddev, seed=args.seed),
+        name_prefix=args.name_prefix,
+        refuse_seconds=args.refuse_seconds,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await pool.start()
+    deadline = time.monotonic() + args.register_timeout
+    while pool.registered_count() < args.count and time.monotonic() < deadline and not stop.is_set():
+        await asyncio.sleep(0.05)
+    _report({"registered": pool.registered_count()})
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), args.report_every)
+        except TimeoutError:
+            pass
+        _report(
+            {
+                "registered": pool.registered_count(),
+                **pool.counts(),
+                "first_offer_at": pool.first_offer_at(),
+                "all_registered_at": pool.all_registered_at(),
+                "offered_since_registered_at": pool.offered_since_registered_at(),
+            }
+        )
+    await pool.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mezzo.emulation", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="side", required=True)
@@ -123,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         help="agents sharing one connection (a process may hold only so many sockets)",
     )
     frameworks = sub.add_parser("frameworks", parents=[common], help="emulated frameworks")
+    frameworks.add_argument(
+        "--api",
+        choices=("thrift", "v1"),
+        default="thrift",
+        help="thrift: mezzo's scheduler driver; v1: the Mesos v1 scheduler HTTP API, as pymesos speaks it",
+    )
     frameworks.add_argument("--task", default="cpus:1;mem:1024", help="each task's resources")
     frameworks.add_argument("--duration", type=float, default=30.0, help="mean task seconds")
     frameworks.add_argument("--stddev", type=float, default=10.0, help="task seconds' standard deviation")

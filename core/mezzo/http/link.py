@@ -27,8 +27,11 @@ Reading is paused for two reasons, kept apart: the client's unread backlog (abov
 and aiohttp's own queue of pipelined requests or unread body; the socket is read
 again only once neither holds it.
 
-Nothing here parses HTTP: a request's head is known to be in when a handler starts
-(:meth:`HttpLink.request_arrived`, from :func:`.server.request_arrived`).
+Nothing here parses HTTP but the master's fast lane for v1 scheduler calls
+(:mod:`.call_lane`, given as ``lane``): until a request is not one it takes, a
+connection's bytes go to the lane first. Otherwise a request's head is known to be
+in when a handler starts (:meth:`HttpLink.request_arrived`, from
+:func:`.server.request_arrived`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..rpc.limits import ConnectionLimiter
+from . import call_lane
 
 
 class HttpLink(asyncio.Protocol):
@@ -56,8 +60,13 @@ class HttpLink(asyncio.Protocol):
         *,
         peer: str = "?",
         principal: str | None = None,
+        lane: call_lane.Answer | None = None,
     ) -> None:
         self._handler = handler
+        self._lane = lane
+        """The v1 calls' fast lane, until a request is not for it (then None for good)."""
+        self._lane_held = bytearray()
+        """The start of a request that may still be the lane's."""
         self._limiter = limiter
         self._loop = loop
         self._transport: asyncio.Transport | None = None
@@ -106,7 +115,45 @@ class HttpLink(asyncio.Protocol):
             self._limiter.received(self, 0, now)  # type: ignore[arg-type]
             if not self.is_open:
                 return  # dropped for it (too much held): nothing of it is served
+        if self._lane is not None:
+            data = self._through_lane(data)
+            if not data:
+                return
         self._handler.data_received(data)
+
+    def _through_lane(self, data: bytes) -> bytes:
+        """Answer the lane's requests at the start of what came; what is left for aiohttp
+        (b"" while the lane still holds a partial request, or took it all)."""
+        lane = self._lane
+        assert lane is not None
+        held = self._lane_held
+        if held:
+            held += data
+            buf: bytes | bytearray = held
+        else:
+            buf = data
+        start = 0
+        while start < len(buf):
+            request = call_lane.parse(buf, start)
+            if request is call_lane.NEED_MORE:
+                # Held as it is, not copied again: a request trickled in byte by byte
+                # costs its length, not its length squared.
+                if buf is not held or start:
+                    self._lane_held = bytearray(buf[start:])
+                return b""
+            answer = None
+            if isinstance(request, call_lane.LaneRequest):
+                answer = call_lane.answer(lane, request, self.principal)
+            if answer is None:
+                break  # not the lane's: this connection is aiohttp's from here on
+            self.write(answer)  # which also ends the request's clock (request_arrived)
+            start = request.end  # type: ignore[union-attr]
+        else:
+            self._lane_held = bytearray()
+            return b""
+        self._lane = None
+        self._lane_held = bytearray()
+        return bytes(buf[start:])
 
     def request_arrived(self) -> None:
         """A request's head reached a handler: what the client sent is no longer held
@@ -187,12 +234,17 @@ class HttpLink(asyncio.Protocol):
 
 
 def http_handoff(
-    make_handler: Callable[[], asyncio.Protocol], limiter: ConnectionLimiter | None
+    make_handler: Callable[[], asyncio.Protocol],
+    limiter: ConnectionLimiter | None,
+    lane: call_lane.Answer | None = None,
 ) -> Callable[[Any], HttpLink]:
     """What a port's connections call to give a socket whose first byte is a letter
-    to the HTTP server (``make_handler``: aiohttp's request handler factory)."""
+    to the HTTP server (``make_handler``: aiohttp's request handler factory; ``lane``:
+    the v1 calls' fast lane, on the master)."""
 
     def take(conn: Any) -> HttpLink:
-        return HttpLink(make_handler(), limiter, conn._loop, peer=conn.peer, principal=conn.principal)
+        return HttpLink(
+            make_handler(), limiter, conn._loop, peer=conn.peer, principal=conn.principal, lane=lane
+        )
 
     return take

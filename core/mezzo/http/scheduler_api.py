@@ -64,6 +64,8 @@ STREAMING = "v1-scheduler-stream"
 """The tag of a subscription's HTTP link: registered, as the port's idle check sees it."""
 
 JSON = "application/json"
+SCHEDULER_API: web.AppKey[SchedulerApi] = web.AppKey("v1_scheduler_api")
+"""The app's :class:`SchedulerApi`, for the port's fast lane (:mod:`.call_lane`)."""
 
 
 class SchedulerMaster(Protocol):
@@ -80,12 +82,16 @@ class SchedulerMaster(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def leading(self) -> bool: ...
+
 
 def add_scheduler_routes(app: web.Application, master: SchedulerMaster, prefixes: tuple[str, ...]) -> None:
     """Route ``POST {prefix}/api/v1/scheduler`` for each of ``prefixes`` to the façade."""
     api = SchedulerApi(master)
     for prefix in prefixes:
         app.router.add_post(f"{prefix}/api/v1/scheduler", api.call)
+    app[SCHEDULER_API] = api
 
 
 class SchedulerApi:
@@ -106,14 +112,9 @@ class SchedulerApi:
         stream_id = request.headers.get("Mesos-Stream-Id")
         stream: SchedulerStream | None = None
         if stream_id is not None:
-            stream = self.streams.get(stream_id)
+            stream, refusal = self._stream_of(stream_id, caller(request))
             if stream is None:
-                return _error(400, f"The stream ID {stream_id[:100]!r} included in this request is not valid")
-            if stream.closing:
-                return _error(403, "Framework is not subscribed")
-            if caller(request) != stream.principal:
-                # The stream id is not a secret worth a framework: the caller must be who subscribed.
-                return _error(403, "the caller is not the principal that subscribed this framework")
+                return _error(*refusal)
         limit = MAX_CALL_BYTES if stream is not None else MAX_SUBSCRIBE_BYTES
         body = await _read_body(request, limit)
         if body is None:
@@ -129,21 +130,55 @@ class SchedulerApi:
                 call, accept = _decode(body, stream.role if stream is not None else "*")
         except translate.BadCall as exc:
             return _error(400, f"Failed to validate scheduler::Call: {exc}")
-        if call.type == "SUBSCRIBE":
-            if stream is not None:
-                return _error(400, "Subscribe calls should not include the 'Mesos-Stream-Id' header")
+        if call.type == "SUBSCRIBE" and stream is None:
             return await self._subscribe(request, call)
         if stream is None:
             return self._without_stream(call)
+        status, text = self._answer(stream, call, accept)
+        return web.Response(status=202) if status == 202 else _error(status, text)
+
+    def lane_call(self, stream_id: str, principal: str | None, body: bytes) -> tuple[int, str] | None:
+        """A call the port's fast lane read (:mod:`.call_lane`), answered as :meth:`call`
+        answers it: ``(status, text)``; None for what only :meth:`call` answers (this
+        master does not lead, or the body is to be decoded in a thread)."""
+        if not self._master.leading or len(body) > INLINE_PARSE_BYTES:
+            return None
+        stream, refusal = self._stream_of(stream_id, principal)
+        if stream is None:
+            return refusal
+        try:
+            call, accept = _decode(body, stream.role)
+        except translate.BadCall as exc:
+            return 400, f"Failed to validate scheduler::Call: {exc}"
+        return self._answer(stream, call, accept)
+
+    def _stream_of(
+        self, stream_id: str, principal: str | None
+    ) -> tuple[SchedulerStream | None, tuple[int, str]]:
+        """The live stream ``stream_id`` names, if ``principal`` may call on it; else why not."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return None, (400, f"The stream ID {stream_id[:100]!r} included in this request is not valid")
+        if stream.closing:
+            return None, (403, "Framework is not subscribed")
+        if principal != stream.principal:
+            # The stream id is not a secret worth a framework: the caller must be who subscribed.
+            return None, (403, "the caller is not the principal that subscribed this framework")
+        return stream, (202, "")
+
+    def _answer(
+        self, stream: SchedulerStream, call: translate.Call, accept: translate.Accept | None
+    ) -> tuple[int, str]:
+        """A call on ``stream``, decoded, handed to the master: 202, or an error's status and text."""
+        if call.type == "SUBSCRIBE":
+            return 400, "Subscribe calls should not include the 'Mesos-Stream-Id' header"
         if call.framework_id != stream.framework_id:
-            return _error(400, f"{call.type}: 'framework_id' is not the framework of this stream")
+            return 400, f"{call.type}: 'framework_id' is not the framework of this stream"
         try:
             problem = self._dispatch(stream, call, accept)
         except translate.BadCall as exc:
-            return _error(400, f"Failed to validate scheduler::Call: {exc}")
-        if problem is not None:
-            return _error(400, problem)
-        return web.Response(status=202)
+            return 400, f"Failed to validate scheduler::Call: {exc}"
+        return (202, "") if problem is None else (400, problem)
 
     # -- SUBSCRIBE -----------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from ..errors import MezzoError
 from ..heap import GC_PAUSES, tune_gc
 from ..http.link import http_handoff
 from ..http.master_api import master_app
+from ..http.scheduler_api import SCHEDULER_API
 from ..http.server import HttpServer
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
@@ -308,9 +309,12 @@ class Master:
         host, port = parse_address(self.config.listen, 5050)
         handoff = None
         if self.config.http.enabled:
-            self._http = HttpServer(master_app(self))
+            app = master_app(self)
+            self._http = HttpServer(app)
             await self._http.start()
-            handoff = http_handoff(self._http.handler, self.connection_limiter)
+            # v1 scheduler calls of the common shape skip aiohttp (.http.call_lane).
+            lane = app[SCHEDULER_API].lane_call
+            handoff = http_handoff(self._http.handler, self.connection_limiter, lane)
         try:
             self._server = await serve(
                 host,

@@ -111,7 +111,8 @@ class SchedulerStream:
         self.write_paused = False
         self._chunks: list[bytes] = []
         self._buffered = 0
-        self._wakeup = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        """What the handler awaits while no event is buffered (see :meth:`next_chunk`)."""
         self.closing = False
         """No more events: what is buffered is written, then the response ends."""
         self.end_reason = ""
@@ -140,7 +141,7 @@ class SchedulerStream:
         if not self.closing:
             self.closing = True
             self.end_reason = reason
-            self._wakeup.set()
+            self._wake()
 
     # -- the Scheduler service, as v1 events -------------------------------------------
 
@@ -234,7 +235,12 @@ class SchedulerStream:
             return
         self._chunks.append(record)
         self._buffered += len(record)
-        self._wakeup.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def heartbeat(self) -> None:
         """What the handler sends after ``heartbeat_interval`` without an event."""
@@ -244,10 +250,17 @@ class SchedulerStream:
         """The events buffered since the last call, waiting up to ``timeout`` seconds
         for one (``b""`` if none came); None once the stream is closing and drained."""
         if not self._chunks and not self.closing:
-            self._wakeup.clear()
+            # A bare future and a timer, not wait_for() on an Event: this runs once per
+            # event or two, and wait_for wraps every wait in a task of its own.
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, self._wake)
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+            if not self._chunks and not self.closing:
                 return b""
         if not self._chunks:
             return None if self.closing else b""
