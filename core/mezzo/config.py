@@ -189,6 +189,11 @@ class HttpConfig:
     event_heartbeat: float = 15.0
     """Seconds between ``HEARTBEAT`` events on the event streams: operators' (``/api/v1``,
     ``/events``) and v1 schedulers' subscriptions (``/api/v1/scheduler``; Mesos sends one every 15 s)."""
+    credentials: str = ""
+    """A JSON file of HTTP Basic credentials in Apache Mesos' ``--credentials`` format
+    (``{"credentials": [{"principal": ..., "secret": ...}]}``): a request carrying one
+    is its principal's call, for the ACLs; one not matching is answered 401. "" = the
+    ``Authorization`` header is ignored (:mod:`mezzo.http.credentials`)."""
 
 
 @dataclass
@@ -603,6 +608,13 @@ def check_heartbeat(value: float, key: str) -> float:
     return value
 
 
+def check_credentials_file(value: str, key: str) -> str:
+    """``master.http.credentials``: see :func:`mezzo.http.credentials.check_credentials`."""
+    from .http.credentials import check_credentials
+
+    return check_credentials(value, key)
+
+
 def check_journal_bytes(value: int, key: str) -> int:
     """``agent.max_journal_bytes``: room for a journal. Raises :class:`ConfigError` naming ``key``."""
     if value < MIN_MAX_JOURNAL_BYTES:
@@ -626,6 +638,7 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.agent_removal_fraction": check_fraction,
     "agent.max_journal_bytes": check_journal_bytes,
     "master.http.event_heartbeat": check_heartbeat,
+    "master.http.credentials": check_credentials_file,
     "log.level": check_choice(LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
     "log.format": check_choice(LOG_FORMATS, "'console' or 'json'"),
 }

@@ -37,8 +37,11 @@ def request(
 def test_a_call_of_the_common_shape_is_the_lanes() -> None:
     raw = request()
     got = parse(raw)
-    assert got == LaneRequest("0123456789abcdef", BODY, len(raw))
-    assert parse(request(path="/master/api/v1/scheduler")) == LaneRequest("0123456789abcdef", BODY, len(raw) + 7)
+    basic = "Basic Tm9uZTpOb25l"
+    assert got == LaneRequest("0123456789abcdef", BODY, len(raw), basic)
+    longer = parse(request(path="/master/api/v1/scheduler"))
+    assert longer == LaneRequest("0123456789abcdef", BODY, len(raw) + 7, basic)
+    assert parse(request(drop="Authorization")) == LaneRequest("0123456789abcdef", BODY, len(raw) - 35)
 
 
 def test_pipelined_calls_are_read_one_after_the_other_from_an_offset() -> None:
@@ -105,7 +108,7 @@ def test_answers_are_http_1_1_with_a_length() -> None:
 
 
 def test_a_failure_of_the_masters_code_is_a_500_not_an_exception() -> None:
-    def broken(stream_id, principal, body):
+    def broken(stream_id, principal, body, authorization):
         raise RuntimeError("boom")
 
     raw = call_lane.answer(broken, LaneRequest("s", b"{}", 0), None)

@@ -20,7 +20,14 @@ from typing import Any
 class V1Scheduler:
     """One framework over the v1 API of ``master`` (``host:port``)."""
 
-    def __init__(self, master: str, framework_info: dict[str, Any] | None = None, *, auto_ack: bool = True) -> None:
+    def __init__(
+        self,
+        master: str,
+        framework_info: dict[str, Any] | None = None,
+        *,
+        auto_ack: bool = True,
+        authorization: str | None = None,
+    ) -> None:
         host, port = master.rsplit(":", 1)
         self.host, self.port = host, int(port)
         self.framework_info = {"user": "", "name": "v1-test", **(framework_info or {})}
@@ -36,6 +43,8 @@ class V1Scheduler:
         """Acknowledge every update that carries a uuid as it comes (pymesos' implicit acks):
         the agents send a task's next update only once its last one was acknowledged."""
         self._acks: http.client.HTTPConnection | None = None
+        self.sent_always = {"Authorization": authorization} if authorization else {}
+        """Headers every request carries (Basic credentials, as pymesos' principal and secret)."""
 
     # -- the stream ------------------------------------------------------------------------
 
@@ -52,7 +61,12 @@ class V1Scheduler:
             "POST",
             "/api/v1/scheduler",
             body=json.dumps(call),
-            headers={"Content-Type": "application/json", "Accept": "application/json", "Connection": "close"},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "Connection": "close",
+                **self.sent_always,
+            },
         )
         self._socket = self._stream.sock  # http.client lets go of it once the answer will close
         self.response = response = self._stream.getresponse()
@@ -85,7 +99,7 @@ class V1Scheduler:
             "framework_id": {"value": self.framework_id or status.get("framework_id", "")},
             "acknowledge": {"agent_id": status["agent_id"], "task_id": status["task_id"], "uuid": status["uuid"]},
         }
-        headers = {"Content-Type": "application/json", "Mesos-Stream-Id": self.stream_id or ""}
+        headers = {"Content-Type": "application/json", "Mesos-Stream-Id": self.stream_id or "", **self.sent_always}
         self._acks.request("POST", "/api/v1/scheduler", body=json.dumps(body), headers=headers)
         self._acks.getresponse().read()
 
@@ -165,6 +179,7 @@ class V1Scheduler:
         sent = {"Content-Type": "application/json"}
         if self.stream_id:
             sent["Mesos-Stream-Id"] = self.stream_id
+        sent.update(self.sent_always)
         sent.update(headers or {})
         self._calls.request("POST", "/api/v1/scheduler", body=raw if raw is not None else json.dumps(message), headers=sent)
         response = self._calls.getresponse()

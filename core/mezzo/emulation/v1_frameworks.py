@@ -1,10 +1,10 @@
 """Emulated frameworks on the Mesos v1 scheduler HTTP API: the §6.5 workload of
 :mod:`.frameworks`, spoken as pymesos speaks it.
 
-Each :class:`V1Framework` holds a ``SUBSCRIBE`` stream and sends its calls on
-keep-alive connections of a shared :class:`aiohttp.ClientSession`, as pymesos does
-(one ``ACCEPT`` per offer it uses, one ``DECLINE`` per offer it does not, one
-``ACKNOWLEDGE`` per status update that carries a uuid). The workload and the
+Each :class:`V1Framework` holds a ``SUBSCRIBE`` stream and sends its calls one
+after the other on one keep-alive connection of its own, as pymesos does (one
+``ACCEPT`` per offer it uses, one ``DECLINE`` per offer it does not, one
+``ACKNOWLEDGE`` per status update that carries a uuid): 2 connections a framework. The workload and the
 counters are those of :class:`.frameworks.EmulatedScheduler`, so that a benchmark
 comparing the two APIs compares nothing else. All of a pool's frameworks share one
 asyncio loop; nothing here is a pymesos import (pymesos needs a thread per
@@ -89,6 +89,9 @@ class V1Framework:
         self.duration = duration
         self.url = url
         self.session = session
+        """For the stream (shared by a pool's frameworks)."""
+        self._calls_session: aiohttp.ClientSession | None = None
+        """For the calls: one connection, as pymesos (made on the loop, at the first call)."""
         self.role = role
         self.filters = None if refuse_seconds is None else {"refuse_seconds": refuse_seconds}
         self.framework_id = ""
@@ -209,7 +212,8 @@ class V1Framework:
     # -- calls -------------------------------------------------------------
 
     def send(self, kind: str, body: dict[str, Any] | None = None) -> None:
-        """Send a call without waiting for its answer (events keep being read meanwhile)."""
+        """Send a call without waiting for its answer (events keep being read meanwhile);
+        the calls queue for the framework's one calls connection, and leave in order."""
         call: dict[str, Any] = {"type": kind, "framework_id": {"value": self.framework_id}}
         if body is not None:
             call[kind.lower()] = body
@@ -219,8 +223,13 @@ class V1Framework:
 
     async def _post(self, call: dict[str, Any]) -> int:
         headers = {**JSON, "Mesos-Stream-Id": self.stream_id}
+        if self._calls_session is None:
+            self._calls_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1, keepalive_timeout=30),
+                timeout=aiohttp.ClientTimeout(total=30),
+            )
         try:
-            async with self.session.post(self.url, data=json.dumps(call), headers=headers) as answer:
+            async with self._calls_session.post(self.url, data=json.dumps(call), headers=headers) as answer:
                 await answer.read()
                 if answer.status != 202:
                     self.call_errors += 1
@@ -228,6 +237,14 @@ class V1Framework:
         except (TimeoutError, aiohttp.ClientError, OSError):
             self.call_errors += 1
             return 0
+
+    async def close(self) -> None:
+        """Let go of the calls connection (the stream ends with :meth:`run`'s task)."""
+        for call in list(self._calls):
+            call.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
+        if self._calls_session is not None:
+            await self._calls_session.close()
 
 
 class V1FrameworkPool:
@@ -254,8 +271,8 @@ class V1FrameworkPool:
         self._runs: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        # No pool limit: each framework may have a call or two in flight at once.
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        # The streams' session: no limit (one stream per framework, each held for good).
+        connector = aiohttp.TCPConnector(limit=0)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30))
         self.frameworks = [
             V1Framework(
@@ -296,6 +313,8 @@ class V1FrameworkPool:
         for run in self._runs:
             run.cancel()
         await asyncio.gather(*self._runs, return_exceptions=True)
+        for framework in self.frameworks:
+            await framework.close()
         if self._session is not None:
             await self._session.close()
 
@@ -368,4 +387,5 @@ async def run_v1_probe(
             await probe._post({"type": "TEARDOWN", "framework_id": {"value": probe.framework_id}})
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
+        await probe.close()
     return probe

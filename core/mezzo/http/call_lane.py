@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from .credentials import CHALLENGE
+
 log = structlog.get_logger("mezzo.http", component="v1-scheduler")
 
 MAX_HEAD = 8 << 10
@@ -45,8 +47,9 @@ _NOT_MINE_HEADERS = frozenset(
     {b"transfer-encoding", b"expect", b"upgrade", b"origin", b"sec-fetch-site", b"content-encoding"}
 )
 
-Answer = Callable[[str, "str | None", bytes], "tuple[int, str] | None"]
-"""``(stream id, caller's principal, body) -> (status, text)``, or None: not for the lane."""
+Answer = Callable[[str, "str | None", bytes, "str | None"], "tuple[int, str] | None"]
+"""``(stream id, certificate's principal, body, Authorization header) -> (status,
+text)``, or None: not for the lane."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class LaneRequest:
     body: bytes
     end: int
     """Where the request ends in the buffer (and the next one begins)."""
+    authorization: str | None = None
+    """The ``Authorization`` header, if any (Basic credentials: :mod:`.credentials`)."""
 
 
 NEED_MORE = "need more"
@@ -101,7 +106,13 @@ def parse(buf: bytes | bytearray, start: int = 0) -> LaneRequest | str:
     end = head.end() + int(length)
     if len(buf) < end:
         return NEED_MORE
-    return LaneRequest(stream_id.decode("ascii"), bytes(buf[head.end() : end]), end)
+    authorization = headers.get(b"authorization")
+    return LaneRequest(
+        stream_id.decode("ascii"),
+        bytes(buf[head.end() : end]),
+        end,
+        None if authorization is None else authorization.decode("ascii"),
+    )
 
 
 def _partial(buf: bytes | bytearray, start: int) -> str:
@@ -116,7 +127,13 @@ def _partial(buf: bytes | bytearray, start: int) -> str:
     return NOT_MINE
 
 
-_REASONS = {202: "Accepted", 400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error"}
+_REASONS = {
+    202: "Accepted",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    500: "Internal Server Error",
+}
 ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -127,8 +144,9 @@ def response(status: int, text: str) -> bytes:
         return ACCEPTED
     body = text.encode("utf-8")
     reason = _REASONS.get(status, "Error")
+    challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if status == 401 else ""
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n{challenge}"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("ascii") + body
@@ -138,7 +156,7 @@ def answer(lane: Answer, request: LaneRequest, principal: str | None) -> bytes |
     """The response to ``request`` from ``lane``, or None (aiohttp's to answer). A
     failure of the master's code is a 500, logged, as aiohttp's route answers it."""
     try:
-        result = lane(request.stream_id, principal, request.body)
+        result = lane(request.stream_id, principal, request.body, request.authorization)
     except Exception:
         log.exception("v1 call failed", stream=request.stream_id[:100])
         result = (500, "internal error (logged by the daemon)")

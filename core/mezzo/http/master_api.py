@@ -58,7 +58,8 @@ from ..master.operator_actions import UNKNOWN as ACTION_UNKNOWN
 from ..master.service import REFUSED, TORN_DOWN
 from ..rpc.codec import Utf8Text
 from . import metrics
-from .access import caller, may_view_cluster, peer_of, viewer
+from .access import basic_credentials, caller, may_view_cluster, peer_of, viewer
+from .credentials import Credentials
 from .event_api import EventSource, add_event_routes
 from .files_proxy import FilesMaster, add_files_routes
 from .scheduler_api import SchedulerMaster, add_scheduler_routes
@@ -111,10 +112,12 @@ class MasterView(FilesMaster, EventSource, SchedulerMaster, Protocol):
 
 def master_app(master: MasterView) -> web.Application:
     """The aiohttp application of ``master``'s endpoints."""
-    app = web.Application(
-        middlewares=[request_arrived, json_errors, same_origin, _leader_only(master)],
-        client_max_size=MAX_BODY_BYTES,
-    )
+    path = master.config.http.credentials
+    credentials = Credentials.load(path) if path else None
+    middlewares = [request_arrived, json_errors, same_origin, _leader_only(master)]
+    if credentials is not None:
+        middlewares.append(basic_credentials(credentials))
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     endpoints = _Endpoints(master)
     for prefix in PREFIXES:
         app.router.add_get(f"{prefix}/health", endpoints.health, allow_head=True)
@@ -137,7 +140,7 @@ def master_app(master: MasterView) -> web.Application:
         app.router.add_get(f"{prefix}/offers", endpoints.offers)
         app.router.add_get(f"{prefix}/overview", endpoints.overview)
     add_event_routes(app, master, PREFIXES)
-    add_scheduler_routes(app, master, PREFIXES)  # Mesos' v1 scheduler API (.scheduler_api)
+    add_scheduler_routes(app, master, PREFIXES, credentials)  # Mesos' v1 scheduler API (.scheduler_api)
     add_files_routes(app, master)  # /files/*: agents' sandboxes through the master (.files_proxy)
     add_ui_routes(app)  # the read-only web UI at / (mezzo.http.ui_routes)
     return app

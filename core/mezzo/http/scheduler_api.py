@@ -49,6 +49,7 @@ from ..v1 import translate
 from ..v1.scheduler_stream import SchedulerStream
 from ..wire.ttypes import TaskState, TaskStatus
 from .access import caller, peer_of
+from .credentials import BadCredentials, Credentials
 
 log = structlog.get_logger("mezzo.http", component="v1-scheduler")
 
@@ -86,9 +87,15 @@ class SchedulerMaster(Protocol):
     def leading(self) -> bool: ...
 
 
-def add_scheduler_routes(app: web.Application, master: SchedulerMaster, prefixes: tuple[str, ...]) -> None:
-    """Route ``POST {prefix}/api/v1/scheduler`` for each of ``prefixes`` to the façade."""
-    api = SchedulerApi(master)
+def add_scheduler_routes(
+    app: web.Application,
+    master: SchedulerMaster,
+    prefixes: tuple[str, ...],
+    credentials: Credentials | None = None,
+) -> None:
+    """Route ``POST {prefix}/api/v1/scheduler`` for each of ``prefixes`` to the façade
+    (``credentials``: the master's HTTP Basic credentials, for its fast lane)."""
+    api = SchedulerApi(master, credentials)
     for prefix in prefixes:
         app.router.add_post(f"{prefix}/api/v1/scheduler", api.call)
     app[SCHEDULER_API] = api
@@ -97,8 +104,9 @@ def add_scheduler_routes(app: web.Application, master: SchedulerMaster, prefixes
 class SchedulerApi:
     """The endpoint; see the module docstring. Knows the live streams by id."""
 
-    def __init__(self, master: SchedulerMaster) -> None:
+    def __init__(self, master: SchedulerMaster, credentials: Credentials | None = None) -> None:
         self._master = master
+        self._credentials = credentials
         self.streams: dict[str, SchedulerStream] = {}
 
     async def call(self, request: web.Request) -> web.StreamResponse:
@@ -137,12 +145,21 @@ class SchedulerApi:
         status, text = self._answer(stream, call, accept)
         return web.Response(status=202) if status == 202 else _error(status, text)
 
-    def lane_call(self, stream_id: str, principal: str | None, body: bytes) -> tuple[int, str] | None:
+    def lane_call(
+        self, stream_id: str, principal: str | None, body: bytes, authorization: str | None = None
+    ) -> tuple[int, str] | None:
         """A call the port's fast lane read (:mod:`.call_lane`), answered as :meth:`call`
         answers it: ``(status, text)``; None for what only :meth:`call` answers (this
-        master does not lead, or the body is to be decoded in a thread)."""
+        master does not lead, or the body is to be decoded in a thread). ``principal``:
+        the connection's certificate's; ``authorization``: the request's header, read
+        as the master's Basic credentials middleware reads it (:mod:`.access`)."""
         if not self._master.leading or len(body) > INLINE_PARSE_BYTES:
             return None
+        if principal is None and authorization is not None and self._credentials is not None:
+            try:
+                principal = self._credentials.principal(authorization)
+            except BadCredentials as exc:
+                return 401, str(exc)
         stream, refusal = self._stream_of(stream_id, principal)
         if stream is None:
             return refusal

@@ -1,0 +1,82 @@
+"""HTTP Basic credentials (mezzo.http.credentials): Mesos' credentials file, checked
+with errors naming the key, and the header read to a principal or refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from mezzo.config import load as load_config
+from mezzo.errors import ConfigError
+from mezzo.http.credentials import BadCredentials, Credentials
+
+
+def basic(text: str) -> str:
+    return "Basic " + base64.b64encode(text.encode()).decode()
+
+
+@pytest.fixture
+def credentials(tmp_path) -> Credentials:
+    path = tmp_path / "credentials.json"
+    path.write_text(json.dumps({"credentials": [{"principal": "etl", "secret": "s3cret"},
+                                                {"principal": "web", "secret": "other:with:colons"}]}))
+    return Credentials.load(str(path))
+
+
+def test_the_header_names_the_principal_whose_secret_it_carries(credentials) -> None:
+    assert credentials.principal(basic("etl:s3cret")) == "etl"
+    assert credentials.principal(basic("web:other:with:colons")) == "web"  # the secret may hold ':'
+    assert credentials.principal("basic " + basic("etl:s3cret").split()[1]) == "etl"
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        (basic("etl:wrong"), "wrong principal or secret"),
+        (basic("nobody:s3cret"), "wrong principal or secret"),
+        (basic("etl"), "wrong principal or secret"),
+        (basic("None:None"), "wrong principal or secret"),
+        ("Basic !!!not-base64", "not base64"),
+        ("Basic é", "not base64"),
+        ("Bearer abc", "only Basic"),
+        ("", "only Basic"),
+    ],
+)
+def test_credentials_that_match_nobody_are_refused_saying_why(credentials, header, words) -> None:
+    with pytest.raises(BadCredentials, match=re.escape(words)):
+        credentials.principal(header)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("not json", "is not JSON"),
+        ('["etl"]', 'expected {"credentials"'),
+        ('{"credentials": {"etl": "x"}}', 'expected {"credentials"'),
+        ('{"credentials": ["etl"]}', "credentials[0]: expected an object"),
+        ('{"credentials": [{"principal": "", "secret": "x"}]}', "credentials[0].principal"),
+        ('{"credentials": [{"principal": "a:b", "secret": "x"}]}', "without ':'"),
+        ('{"credentials": [{"principal": "a", "secret": ""}]}', "credentials[0].secret"),
+        ('{"credentials": [{"principal": "a", "secret": "x"}, {"principal": "a", "secret": "y"}]}', "listed twice"),
+    ],
+)
+def test_a_bad_credentials_file_is_a_config_error_naming_the_key(tmp_path, content, words) -> None:
+    path = tmp_path / "credentials.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(words)) as caught:
+        Credentials.load(str(path))
+    assert caught.value.key == "master.http.credentials"
+
+
+def test_the_config_checks_the_file_when_it_is_loaded(tmp_path) -> None:
+    config = tmp_path / "mezzo.toml"
+    config.write_text(f'[master.http]\ncredentials = "{tmp_path / "missing.json"}"\n')
+    with pytest.raises(ConfigError, match="cannot read") as caught:
+        load_config(config)
+    assert caught.value.key == "master.http.credentials"
+    (tmp_path / "ok.json").write_text('{"credentials": [{"principal": "etl", "secret": "x"}]}')
+    config.write_text(f'[master.http]\ncredentials = "{tmp_path / "ok.json"}"\n')
+    assert load_config(config).master.http.credentials == str(tmp_path / "ok.json")
