@@ -72,3 +72,39 @@ def test_what_peers_named_cannot_rewrite_the_terminal() -> None:
     assert shown("evil\x1b[2J\nTASK_FAKE") == "evil\\x1b[2J\\nTASK_FAKE"
     assert table(["ID"], [["a\rb"]]) == "ID\na\\rb"
     assert [number(v) for v in (2.0, 0.5, 1048576.0, 1 / 3)] == ["2", "0.5", "1048576", "0.333333"]
+
+
+def test_the_client_commands_defaults_are_the_configurations() -> None:
+    # Without a configuration file, ps and run do not import mezzo.config (a third of
+    # their start-up): the defaults they use instead must be its own.
+    from mezzo import config
+    from mezzo.cli import commands
+
+    assert commands.CONFIG_ENV == config.CONFIG_ENV
+    assert commands.DEFAULT_MASTER == config.AgentConfig().master
+
+
+def test_ps_and_run_without_a_configuration_file_do_not_load_mezzo_config(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MEZZO_CONFIG"}
+    probe = (
+        "import sys\n"
+        "from mezzo.cli.main import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('mezzo.config' in sys.modules, file=sys.stderr)\n"
+    )
+    for argv in (["ps", "--master", "127.0.0.1:9", "--timeout", "0.5"], ["run", "--master", "127.0.0.1:9", "--", "true"]):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env, timeout=30)
+        assert done.stderr.strip().splitlines()[-1] == "False", (argv, done.stderr)
+    config = tmp_path / "mezzo.toml"
+    config.write_text('[agent]\nmaster = "127.0.0.1:9"\n')
+    done = subprocess.run([sys.executable, "-c", probe, "ps", "--timeout", "0.5"], capture_output=True, text=True,
+                          env={**env, "MEZZO_CONFIG": str(config)}, timeout=30)
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "True" and "127.0.0.1:9" in done.stderr, done.stderr  # the file's master was asked

@@ -10,21 +10,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import config as config_mod
 from ..errors import ConfigError
 
+if TYPE_CHECKING:
+    from ..config import Config, TlsConfig
 
-def _load(args: argparse.Namespace, overrides: dict[str, Any]) -> config_mod.Config:
+CONFIG_ENV = "MEZZO_CONFIG"
+"""Where a configuration file is named when ``--config`` is not (:data:`mezzo.config.CONFIG_ENV`)."""
+DEFAULT_MASTER = "127.0.0.1:5050"
+"""``agent.master``'s default (:class:`mezzo.config.AgentConfig`)."""
+
+
+def _load(args: argparse.Namespace, overrides: dict[str, Any]) -> Config:
     """The configuration (``--config`` or ``$MEZZO_CONFIG``, then ``overrides``), with
     logging set up from it and the log flags."""
+    from .. import config as config_mod
+
     cfg = config_mod.load(args.config, overrides)
     _configure_logging(args, cfg)
     return cfg
 
 
-def _configure_logging(args: argparse.Namespace, cfg: config_mod.Config) -> None:
+def _client_target(args: argparse.Namespace) -> tuple[str, TlsConfig | None]:
+    """The master a client command asks (``--master``, else ``agent.master``) and the
+    ``[tls]`` to ask it with: the configuration's, read and checked as every command
+    reads it. Without a file (no ``--config``, no ``$MEZZO_CONFIG``) there is nothing to
+    read or check: the answer is the flag or the default, in plaintext, and
+    :mod:`mezzo.config` is not imported (its tables are a third of ``mezzo ps``'s
+    start-up, issue 17)."""
+    if not (args.config or os.environ.get(CONFIG_ENV)):
+        return args.master or DEFAULT_MASTER, None
+    from .. import config as config_mod
+
+    cfg = config_mod.load(args.config, {"agent.master": args.master})
+    return cfg.agent.master, cfg.tls
+
+
+def _configure_logging(args: argparse.Namespace, cfg: Config) -> None:
     from .. import log as log_mod
 
     log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format, final=True)
@@ -146,6 +170,8 @@ def local(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError("agent.work_dir", f"cannot write certificates there: {exc}") from None
         print(f"mezzo local: TLS on, throw-away certificates; clients: MEZZO_CONFIG={client}", flush=True)
+        from .. import config as config_mod
+
         queue_tls = config_mod.load(client).tls  # the queue is a client: the operator's certificate
         if not cfg.master.acls.configured and cfg.master.acls.permissive is None:
             # Authentication on and the default deny: the principals it just made get
@@ -181,17 +207,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("CMD", "no command given: mezzo run [--cpus N] [--mem MB] -- CMD ...")
     # No logging to set up: the run is a v1 client, which prints its own lines (and
     # structlog with asyncio would be a quarter of the run's time).
-    cfg = config_mod.load(args.config, {"agent.master": args.master})
+    master, tls = _client_target(args)
     from .run_task import run_command
 
     return run_command(
-        cfg.agent.master,
+        master,
         cmd,
         cpus=args.cpus,
         mem=args.mem,
         name=args.name,
         timeout=args.timeout,
-        tls=cfg.tls,
+        tls=tls,
         lost_master_after=args.lost_master_after,
     )
 
@@ -222,12 +248,14 @@ def tool(args: argparse.Namespace) -> int:
     Nothing it runs logs but the ZooKeeper client finding the leader of a ``zk://``
     master, so logging is set up for that alone: structlog loads asyncio, 50 ms or more
     of start-up."""
-    cfg = config_mod.load(args.config, {"agent.master": args.master})
-    if cfg.agent.master.strip().startswith("zk://"):
-        _configure_logging(args, cfg)
+    master, tls = _client_target(args)
+    if master.strip().startswith("zk://"):
+        from .. import config as config_mod
+
+        _configure_logging(args, config_mod.load(args.config, {"agent.master": args.master}))
     from . import tools
 
-    with tools.client(args, cfg) as api:
+    with tools.client(args, master, tls) as api:
         return getattr(tools, {"tasks": "ps"}.get(args.tool, args.tool))(args, api)
 
 

@@ -28,9 +28,8 @@ import re
 import shlex
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mezzo.config import TlsConfig
 from mezzo.errors import MasterUnreachable, NotAllowed, RequestFailed
 from mezzo.resources import Resources
 
@@ -38,6 +37,9 @@ from ..operator_client import NoHttpAnswer, OperatorClient
 from ..v1.scheduler_client import CallRefused, SchedulerClient, StreamEnded
 from . import tools
 from .tables import number
+
+if TYPE_CHECKING:
+    from mezzo.config import TlsConfig
 
 # Exit statuses when the command itself gave none.
 EXIT_KILLED = 137

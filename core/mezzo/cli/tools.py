@@ -18,11 +18,14 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RequestFailed
 from ..operator_client import ApiError, OperatorClient
 from .tables import duration, number, resources, shown, table, when
+
+if TYPE_CHECKING:
+    from ..config import TlsConfig
 
 FOLLOW_POLL_SECONDS = 0.5
 """How often ``logs -f`` asks for more output when there was none."""
@@ -38,8 +41,8 @@ class NotFound(RequestFailed):
     """The master knows no such task (or agent, framework)."""
 
 
-def client(args: argparse.Namespace, cfg: Any) -> OperatorClient:
-    return OperatorClient(cfg.agent.master, timeout=args.timeout, tls=cfg.tls)
+def client(args: argparse.Namespace, master: str, tls: TlsConfig | None) -> OperatorClient:
+    return OperatorClient(master, timeout=args.timeout, tls=tls)
 
 
 def _print_json(value: Any) -> None:
