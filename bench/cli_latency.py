@@ -35,17 +35,25 @@ TARGETS = {"mezzo run -- true": (0.040, 0.080), "mezzo --version": (0.050, None)
 """Median and p95 (None: none) each command must stay under, in seconds."""
 
 
+def mezzo_command() -> list[str]:
+    """How a user starts ``mezzo``: the console script pip installed beside this Python
+    (run by it, so that every command starts the same interpreter as the baselines);
+    ``python -m mezzo`` where there is none (a checkout without ``pip install``), which
+    costs runpy's imports on top (about 5 ms)."""
+    script = os.path.join(os.path.dirname(sys.executable), "mezzo")
+    return [sys.executable, script] if os.path.exists(script) else [sys.executable, "-m", "mezzo"]
+
+
 def commands(master: str) -> dict[str, list[str]]:
     py = sys.executable
+    mezzo = mezzo_command()
     return {
         "python -c pass": [py, "-c", "pass"],
         'python -c "import asyncio"': [py, "-c", "import asyncio"],
-        "mezzo --version": [py, "-m", "mezzo", "--version"],
-        "mezzo ps": [py, "-m", "mezzo", "ps", "--master", master],
+        "mezzo --version": [*mezzo, "--version"],
+        "mezzo ps": [*mezzo, "ps", "--master", master],
         "mezzo run -- true": [
-            py,
-            "-m",
-            "mezzo",
+            *mezzo,
             "run",
             "--master",
             master,
@@ -69,13 +77,13 @@ def timed(argv: list[str]) -> float:
     done = subprocess.run(argv, capture_output=True, env=ENV)
     took = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"{argv[3:] or argv} exited {done.returncode}: {done.stderr.decode()[-400:]}")
+        raise RuntimeError(f"{argv} exited {done.returncode}: {done.stderr.decode()[-400:]}")
     return took
 
 
 def import_costs(argv: list[str], top: int = 8) -> list[tuple[str, float]]:
     """The modules (top-level and first-level, cumulative) whose import takes longest in the
-    command ``argv`` (a ``[python, -m, mezzo, ...]`` line of :func:`commands`)."""
+    command ``argv`` (a ``[python, SCRIPT or -m mezzo, ...]`` line of :func:`commands`)."""
     done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, env=ENV)
     costs: dict[str, float] = {}
     for line in done.stderr.splitlines():
@@ -129,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"Machine: {machine()}. Command: `python bench/cli_latency.py`. A warm local cluster (a master "
         f"and one agent of 16 cpus, plaintext, on loopback); each command run as a whole process, start "
-        f"to exit, {args.runs} times, all interleaved.",
+        f"to exit, {args.runs} times, all interleaved; `mezzo` is the console script pip installed, run as "
+        f"`{' '.join(os.path.basename(a) for a in mezzo_command())}`.",
         "",
         "| command | median | p95 | least |",
         "|---|---|---|---|",

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mezzo.agent.files import page
 from mezzo.cli import tools
@@ -108,3 +110,15 @@ def test_ps_and_run_without_a_configuration_file_do_not_load_mezzo_config(tmp_pa
                           env={**env, "MEZZO_CONFIG": str(config)}, timeout=30)
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == "True" and "127.0.0.1:9" in done.stderr, done.stderr  # the file's master was asked
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=5))
+def test_form_encoding_reads_back_as_urlencode_writes_it(fields) -> None:
+    import urllib.parse
+
+    from mezzo.operator_client import form_encode
+
+    encoded = form_encode(fields)
+    assert encoded.isascii()
+    assert urllib.parse.parse_qsl(encoded, keep_blank_values=True) == list(fields.items())

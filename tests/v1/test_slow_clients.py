@@ -26,8 +26,13 @@ connections by :mod:`mezzo.http.link`), these tests show that:
 
 Each closing is checked from both ends: the client sees its connection end, and the
 master counts it under the setting expected (``mezzo/connections/closed/<setting>``
-in ``/metrics/snapshot``). No assertion is on elapsed time: every wait is bounded
-(a master that stalls fails a wait), nothing more.
+in ``/metrics/snapshot``; the 32 MiB bound is the stream's own, not the port's: its
+log line says so). No assertion is on elapsed time: every wait is bounded (a master
+that stalls fails a wait), nothing more.
+
+One test is marked ``xfail`` (strict): a defect these tests ran into, that a client
+gone in the middle of a request body is logged as a handler failure, with a
+traceback, each time. Remove the mark once that is fixed.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import select
 import selectors
 import socket
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import pytest
@@ -49,7 +56,7 @@ from .v1_client import V1Scheduler
 
 CLOSE_WAIT = 10.0
 """Seconds any wait for the master to close a connection is bounded by (the settings
-in force are 1 or 2 s, checked by a sweep every quarter of the shortest)."""
+in force are 1 to 2.5 s, checked by a sweep every quarter of the shortest)."""
 ANSWER_TIMEOUT = 5.0
 """Seconds the test's own requests wait for an answer: a master held up fails them."""
 SLOW_CLIENTS = 20
@@ -68,7 +75,7 @@ def with_limits(**connections: Any) -> pytest.MarkDecorator:
 @pytest.fixture
 def cluster(mezzo_cluster, request) -> LocalProcessCluster:
     # One agent, so that offers too flow to every subscriber; heartbeats 5 a second.
-    c= mezzo_cluster(
+    return mezzo_cluster(
         agents=1,
         master={
             "allocation_interval": 0.02,
@@ -77,9 +84,6 @@ def cluster(mezzo_cluster, request) -> LocalProcessCluster:
         },
         agent_resources="cpus:2;mem:1024;disk:1000",
     )
-    yield c
-    log = (c.dir / "master.log").read_text(errors="replace")
-    print("\nLOG", request.node.name, "\n".join(l[:300] for l in log.splitlines() if "warn" in l or "error" in l or "Trace" in l or "ended" in l))
 
 
 @pytest.fixture
@@ -141,6 +145,11 @@ def closed_for(cluster: LocalProcessCluster, setting: str) -> int:
     return int(metrics(cluster)[f"mezzo/connections/closed/{setting}"])
 
 
+def open_connections(cluster: LocalProcessCluster) -> int:
+    """Connections the master holds now (this one, asking, among them)."""
+    return int(metrics(cluster)["mezzo/connections/open"])
+
+
 def framework_named(cluster: LocalProcessCluster, name: str) -> dict | None:
     return next((f for f in cluster.state()["frameworks"] if f["name"] == name), None)
 
@@ -169,7 +178,9 @@ def request_head(body: bytes, stream_id: str | None = None) -> bytes:
 
 
 def subscribe_body(name: str) -> bytes:
-    return json.dumps({"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "", "name": name}}}).encode()
+    return json.dumps(
+        {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"user": "", "name": name}}}
+    ).encode()
 
 
 def wait_closed(socks: Iterable[socket.socket], timeout: float = CLOSE_WAIT) -> list[socket.socket]:
@@ -180,8 +191,8 @@ def wait_closed(socks: Iterable[socket.socket], timeout: float = CLOSE_WAIT) -> 
         for sock in still_open:
             sock.setblocking(False)
             selector.register(sock, selectors.EVENT_READ)
-        deadline = _now() + timeout
-        while still_open and (left := deadline - _now()) > 0:
+        deadline = time.monotonic() + timeout
+        while still_open and (left := deadline - time.monotonic()) > 0:
             for key, _ in selector.select(left):
                 sock = key.fileobj  # type: ignore[assignment]
                 try:
@@ -194,12 +205,6 @@ def wait_closed(socks: Iterable[socket.socket], timeout: float = CLOSE_WAIT) -> 
                     selector.unregister(sock)
                     still_open.discard(sock)
     return list(still_open)
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 # -- 1. a request that never completes ------------------------------------------------------
@@ -228,7 +233,7 @@ class SlowClient:
             sock.sendall(self.head)
             while not self._stop.is_set():
                 # Wait one pace for the master to say something (or close), then trickle.
-                readable, _, _ = select_one(sock, self.pace or 0.1)
+                readable, _, _ = select.select([sock], [], [], self.pace or 0.1)
                 if readable:
                     data = sock.recv(1 << 16)
                     if not data:
@@ -249,12 +254,6 @@ class SlowClient:
         self._stop.set()
         self._thread.join(5)
         self.sock.close()
-
-
-def select_one(sock: socket.socket, timeout: float) -> tuple[list, list, list]:
-    import select
-
-    return select.select([sock], [], [], timeout)
 
 
 @with_limits(partial_frame_timeout=1.0, unregistered_idle_timeout=1.5)
@@ -289,7 +288,9 @@ def test_a_request_that_never_completes_holds_no_one_up_and_is_closed(
         body = json.dumps({"type": "REVIVE", "framework_id": {"value": caller.framework_id}}).encode()
         head = request_head(body, caller.stream_id)
     before = closed_for(cluster, setting)
-    slow = [SlowClient(cluster.port, head, body, TRICKLE_PACE if trickled else None) for _ in range(SLOW_CLIENTS)]
+    slow = [
+        SlowClient(cluster.port, head, body, TRICKLE_PACE if trickled else None) for _ in range(SLOW_CLIENTS)
+    ]
     try:
         # While they hang, the others are served (the master does not wait for them).
         assert_serving(cluster, healthy)
@@ -312,6 +313,25 @@ def test_a_request_that_never_completes_holds_no_one_up_and_is_closed(
         # Only the calls' connections were closed: the framework's stream is untouched.
         assert framework_named(cluster, "slow-caller")["connected"]
     assert_serving(cluster, healthy)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a client gone in the middle of a body is logged as 'HTTP handler failed' with a "
+    "traceback, once per connection (the ConnectionResetError of scheduler_api._read_body reaches "
+    "server.json_errors): a cheap way to fill the master's log",
+)
+def test_a_client_gone_mid_body_is_not_logged_as_a_handler_failure(cluster) -> None:
+    body = subscribe_body("gone")
+    baseline = open_connections(cluster)
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", cluster.port), timeout=ANSWER_TIMEOUT) as sock:
+            sock.sendall(request_head(body) + body[:10])
+            time.sleep(0.05)  # not a wait for anything: the handler reads the body by then
+    wait_for(lambda: open_connections(cluster) <= baseline, timeout=5, what="the master to let them go")
+    assert get(cluster, "/health")[0] == 200  # a turn of the loop or more after their handlers ended
+    log = (cluster.dir / "master.log").read_text(errors="replace")
+    assert "HTTP handler failed" not in log
 
 
 # -- 2. a subscriber that does not read its events ------------------------------------------
@@ -345,7 +365,9 @@ class StalledSubscriber:
             head += byte
         lines = head.decode().split("\r\n")
         assert lines[0].split()[1] == "200", lines[0]
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+        }
         self.stream_id: str | None = headers["mesos-stream-id"]
         self.framework_id: str | None = wait_for(lambda: framework_named(cluster, name), timeout=5)["id"]
 
@@ -371,10 +393,16 @@ def connected(cluster: LocalProcessCluster, framework_id: str | None) -> bool:
     return any(f["id"] == framework_id and f["connected"] for f in cluster.state()["frameworks"])
 
 
-def flood_until(cluster: LocalProcessCluster, stalled: StalledSubscriber, healthy: V1Scheduler, done, rounds: int):
-    """Flood ``stalled``'s stream a RECONCILE at a time, checking between two that
-    ``healthy`` is served, until ``done()`` or a call is refused (the stream is gone):
-    the statuses of the calls."""
+def flood_until(
+    cluster: LocalProcessCluster,
+    stalled: StalledSubscriber,
+    healthy: V1Scheduler,
+    done: Callable[[], bool],
+    rounds: int,
+) -> list[int]:
+    """Flood ``stalled``'s stream a RECONCILE at a time, checking after each that
+    ``healthy`` is served, until ``done()`` or a call is refused (the stream is gone),
+    ``rounds`` calls at most: the statuses of the calls."""
     statuses = []
     for round_ in range(rounds):
         status, text = stalled.reconcile_flood(cluster, round_)
@@ -393,25 +421,27 @@ def test_a_subscriber_that_stops_reading_is_cut_off_after_write_stall_timeout(cl
     stalled = StalledSubscriber(cluster, "stalled")
     try:
         before = closed_for(cluster, "write_stall_timeout")
+
+        def stalled_or_dropped() -> bool:
+            m = metrics(cluster)
+            return (
+                m["mezzo/connections/reading_paused"] >= 1
+                or m["mezzo/connections/closed/write_stall_timeout"] > before
+            )
+
         # Once more waits for it than its socket buffers and write_buffer_high (1 MiB)
         # hold, the master stops writing to it (and reading from it), and its stall
         # clock runs. A few MiB do: stop there, well before the 32 MiB bound.
-        statuses = flood_until(
-            cluster,
-            stalled,
-            healthy,
-            lambda: (m := metrics(cluster))["mezzo/connections/reading_paused"] >= 1
-            or m["mezzo/connections/closed/write_stall_timeout"] > before,
-            rounds=8,
-        )
+        statuses = flood_until(cluster, stalled, healthy, stalled_or_dropped, rounds=8)
         assert statuses[0] == 202
-        print("STALL statuses", statuses, {k: v for k, v in metrics(cluster).items() if "connections" in k})
         wait_for(
             lambda: closed_for(cluster, "write_stall_timeout") > before,
             timeout=CLOSE_WAIT,
             what="the master to drop the stalled subscriber (write_stall_timeout)",
         )
-        wait_for(lambda: not connected(cluster, stalled.framework_id), timeout=CLOSE_WAIT, what="it disconnected")
+        wait_for(
+            lambda: not connected(cluster, stalled.framework_id), timeout=CLOSE_WAIT, what="it disconnected"
+        )
         assert stalled.stream_ends()
         # Its framework is disconnected, not lost (its failover_timeout applies): its
         # calls are refused until it subscribes again.
@@ -430,18 +460,20 @@ def test_a_subscriber_that_stops_reading_is_cut_off_past_32_mib_of_events(cluste
     healthy.subscribe()
     stalled = StalledSubscriber(cluster, "stalled")
     try:
+        # Some 40 MiB (13 calls here) reach it: 32 MiB, plus what the socket buffers
+        # and write_buffer_high hold; 72 MiB at most, for machines with bigger buffers.
         statuses = flood_until(
-            cluster, stalled, healthy, lambda: not connected(cluster, stalled.framework_id), rounds=20
+            cluster, stalled, healthy, lambda: not connected(cluster, stalled.framework_id), rounds=24
         )
         assert statuses[0] == 202
-        print("32MIB statuses", statuses, {k: v for k, v in metrics(cluster).items() if "connections" in k})
-        wait_for(lambda: not connected(cluster, stalled.framework_id), timeout=CLOSE_WAIT, what="it disconnected")
+        wait_for(
+            lambda: not connected(cluster, stalled.framework_id), timeout=CLOSE_WAIT, what="it disconnected"
+        )
         assert stalled.stream_ends()
         assert post_call(cluster, stalled, "REVIVE", {})[0] in (400, 403)
     finally:
         stalled.close()
     log = (cluster.dir / "master.log").read_text(errors="replace")
-    print("\n".join(l for l in log.splitlines() if "stream" in l or "closing" in l or "Traceback" in l))
     assert "more than 32 MiB of events unread" in log
     assert closed_for(cluster, "write_stall_timeout") == 0  # not what cut it
     assert connected(cluster, healthy.framework_id)
@@ -466,29 +498,39 @@ def kept_alive(cluster: LocalProcessCluster) -> socket.socket:
     return sock
 
 
-@with_limits(first_frame_timeout=1.0, unregistered_idle_timeout=2.0)
-def test_hundreds_of_idle_connections_are_closed_and_a_framework_is_served_meanwhile(cluster, scheduler) -> None:
-    before = {s: closed_for(cluster, s) for s in ("first_frame_timeout", "unregistered_idle_timeout")}
-    silent = [socket.create_connection(("127.0.0.1", cluster.port)) for _ in range(IDLE_CONNECTIONS)]
+@with_limits(first_frame_timeout=1.5, unregistered_idle_timeout=2.5)
+def test_hundreds_of_idle_connections_are_closed_and_a_framework_is_served_meanwhile(
+    cluster, scheduler
+) -> None:
+    settings = ("first_frame_timeout", "unregistered_idle_timeout")
+    before = {k: closed_for(cluster, k) for k in settings}
+    baseline = open_connections(cluster)
+    # The keep-alives first (each a request and its answer), the silent ones last: all
+    # are open at once well within the shorter timeout.
     idle = [kept_alive(cluster) for _ in range(IDLE_CONNECTIONS)]
+    silent = [socket.create_connection(("127.0.0.1", cluster.port)) for _ in range(IDLE_CONNECTIONS)]
     try:
-        assert metrics(cluster)["mezzo/connections/open"] >= 2 * IDLE_CONNECTIONS
+        assert open_connections(cluster) >= baseline + 2 * IDLE_CONNECTIONS  # admitted, all of them
         # A framework subscribes and is served with all of them open.
         s = scheduler(name="busy")
         s.subscribe()
         assert_serving(cluster, s)
         assert wait_closed(silent + idle) == []
-        after = {k: closed_for(cluster, k) for k in before}
+        after = {k: closed_for(cluster, k) for k in settings}
         assert after["first_frame_timeout"] >= before["first_frame_timeout"] + IDLE_CONNECTIONS
         assert after["unregistered_idle_timeout"] >= before["unregistered_idle_timeout"] + IDLE_CONNECTIONS
-        print("OPEN", metrics(cluster)["mezzo/connections/open"])
-        assert metrics(cluster)["mezzo/connections/open"] < IDLE_CONNECTIONS  # their slots are free
+        # Their slots are free again: what is left is what was there, and the subscription.
+        wait_for(lambda: open_connections(cluster) <= baseline + 1, timeout=5, what="their slots to be freed")
     finally:
-        for sock in silent + idle:
+        for sock in idle + silent:
             sock.close()
     # The subscription sent nothing after SUBSCRIBE either, for longer than the idle
     # timeout: it is a stream, spared, and its heartbeats still flow.
     assert connected(cluster, s.framework_id)
     heartbeats = sum(e["type"] == "HEARTBEAT" for e in list(s.events))
-    wait_for(lambda: sum(e["type"] == "HEARTBEAT" for e in list(s.events)) > heartbeats, timeout=5, what="a heartbeat")
+    wait_for(
+        lambda: sum(e["type"] == "HEARTBEAT" for e in list(s.events)) > heartbeats,
+        timeout=5,
+        what="a heartbeat",
+    )
     assert_serving(cluster, s)
