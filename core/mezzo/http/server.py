@@ -89,6 +89,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return json_error(exc.status, exc.text or exc.reason)
     except asyncio.CancelledError:
         raise
+    except ConnectionResetError:
+        # The client left before its request was read whole (aiohttp's "Connection lost"):
+        # nothing failed, and nobody is there to answer. Not logged: a client could fill
+        # the log by leaving mid-body over and over.
+        return web.Response(status=400, text="the connection was lost before the request was read")
     except Exception:
         log.exception("HTTP handler failed", method=request.method, path=request.path)
         return json_error(500, "internal error (logged by the daemon)")
