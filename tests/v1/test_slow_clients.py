@@ -440,6 +440,13 @@ def test_a_subscriber_that_stops_reading_is_cut_off_after_write_stall_timeout(cl
         # Its framework is disconnected, not lost (its failover_timeout applies): its
         # calls are refused until it subscribes again.
         assert post_call(cluster, stalled, "REVIVE", {})[0] in (400, 403)
+        # The master's line for the stream's end says why, not "the scheduler closed it".
+        wait_for(
+            lambda: "dropped for master.connections.write_stall_timeout"
+            in (cluster.dir / "master.log").read_text(errors="replace"),
+            timeout=CLOSE_WAIT,
+            what="the stream's end logged with its reason",
+        )
     finally:
         stalled.close()
     assert connected(cluster, healthy.framework_id)

@@ -51,6 +51,8 @@ class HttpLink(asyncio.Protocol):
     """Never registered, as the limiter sees it (its idle timeout applies)."""
     reading_held = False
     """Reading is only paused for the client's own backlog (``write_paused``)."""
+    dropped_for = ""
+    """The port's bound this connection was dropped for ("" unless it was)."""
 
     def __init__(
         self,

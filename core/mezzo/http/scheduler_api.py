@@ -279,7 +279,7 @@ class SchedulerApi:
             log.info(
                 "v1 framework stream ended",
                 framework=stream.framework_id,
-                reason=stream.end_reason or "the scheduler closed it",
+                reason=stream.end_reason or _dropped(link) or "the scheduler closed it",
                 stream=stream.stream_id,
             )
         return response
@@ -348,6 +348,12 @@ class SchedulerApi:
         else:
             return f"{kind[:40]!r}: mezzo does not serve this call (see docs/mesos-compatibility.md)"
         return None
+
+
+def _dropped(link: Any) -> str:
+    """Why the port dropped ``link`` (a bound of ``[master.connections]``), or ""."""
+    reason = getattr(link, "dropped_for", "")
+    return f"dropped for master.connections.{reason}" if reason else ""
 
 
 def _for_role(roles: list[str], role: str) -> bool:

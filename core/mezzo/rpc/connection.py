@@ -137,6 +137,8 @@ class Connection(asyncio.Protocol):
         self.handler = handler
         self.max_frame = max_frame
         self.tag: Any = None
+        self.dropped_for = ""
+        """The bound of the port's limiter this connection was dropped for ("" unless it was)."""
         self.peer = "?"
         self.principal: str | None = None
         """Who the peer proved to be: the common name of its TLS certificate (None

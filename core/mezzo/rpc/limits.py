@@ -527,6 +527,7 @@ class ConnectionLimiter:
     def _drop(self, reason: str, conn: Connection, now: float, **fields: Any) -> None:
         self._count(reason, conn, now, **fields)
         self._forget(conn)
+        conn.dropped_for = reason  # what the connection's users say when it ends
         conn.abort()
 
     def _count(self, reason: str, conn: Connection, now: float, **fields: Any) -> None:
