@@ -194,7 +194,8 @@ def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_mast
     status, _, body = get(tls_master, "/master/flags", context=context_for(tls_master, "operator"))
     flags = json.loads(body)["flags"]
     assert status == 200
-    assert flags["listen"] == tls_master.master and flags["http"] == {"enabled": True, "event_heartbeat": 15.0}
+    assert flags["listen"] == tls_master.master
+    assert flags["http"] == {"enabled": True, "event_heartbeat": 15.0, "credentials": ""}  # a path, not secrets
     assert flags["acls"]["permissive"] is False and flags["acls"]["rules"]["view_cluster"] == 1
     assert get(tls_master, "/flags", context=context_for(tls_master, "web"))[0] == 403
 
