@@ -193,7 +193,8 @@ class HttpConfig:
     """A JSON file of HTTP Basic credentials in Apache Mesos' ``--credentials`` format
     (``{"credentials": [{"principal": ..., "secret": ...}]}``): a request carrying one
     is its principal's call, for the ACLs; one not matching is answered 401. "" = the
-    ``Authorization`` header is ignored (:mod:`mezzo.http.credentials`)."""
+    ``Authorization`` header is ignored. Read by the master when it starts, not when a
+    configuration is loaded (:mod:`mezzo.http.credentials`)."""
 
 
 @dataclass
@@ -608,13 +609,6 @@ def check_heartbeat(value: float, key: str) -> float:
     return value
 
 
-def check_credentials_file(value: str, key: str) -> str:
-    """``master.http.credentials``: see :func:`mezzo.http.credentials.check_credentials`."""
-    from .http.credentials import check_credentials
-
-    return check_credentials(value, key)
-
-
 def check_journal_bytes(value: int, key: str) -> int:
     """``agent.max_journal_bytes``: room for a journal. Raises :class:`ConfigError` naming ``key``."""
     if value < MIN_MAX_JOURNAL_BYTES:
@@ -638,7 +632,6 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.agent_removal_fraction": check_fraction,
     "agent.max_journal_bytes": check_journal_bytes,
     "master.http.event_heartbeat": check_heartbeat,
-    "master.http.credentials": check_credentials_file,
     "log.level": check_choice(LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
     "log.format": check_choice(LOG_FORMATS, "'console' or 'json'"),
 }

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mezzo.http import call_lane
-from mezzo.http.call_lane import MAX_BODY, MAX_HEAD, NEED_MORE, NOT_MINE, LaneRequest, parse
+from mezzo.http.call_lane import MAX_BODY, MAX_HEAD, NEED_MORE, NOT_MINE, LaneRequest, NeedMore, parse
+from mezzo.http.link import HttpLink
 
 BODY = json.dumps({"type": "REVIVE", "framework_id": {"value": "f-1"}}).encode()
 
@@ -53,10 +54,12 @@ def test_pipelined_calls_are_read_one_after_the_other_from_an_offset() -> None:
     assert isinstance(two, LaneRequest) and two.body == b'{"type":"SUPPRESS"}' and two.end == len(buf)
 
 
-def test_every_prefix_of_a_lane_call_waits_for_the_rest() -> None:
+def test_every_prefix_of_a_lane_call_waits_for_the_rest_and_says_how_long_it_is() -> None:
     raw = request()
+    head_end = raw.index(b"\r\n\r\n") + 4
     for cut in range(1, len(raw)):
-        assert parse(raw[:cut]) == NEED_MORE, raw[:cut]
+        # Once the head is in, how long the whole request is (nothing to read before then).
+        assert parse(raw[:cut]) == (NEED_MORE if cut < head_end else NeedMore(len(raw))), raw[:cut]
 
 
 @pytest.mark.parametrize(
@@ -113,6 +116,10 @@ def test_a_failure_of_the_masters_code_is_a_500_not_an_exception() -> None:
 
     raw = call_lane.answer(broken, LaneRequest("s", b"{}", 0), None)
     assert raw is not None and raw.startswith(b"HTTP/1.1 500 ")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    # As the aiohttp route's json_errors answers it.
+    assert b"Content-Type: application/json" in head
+    assert json.loads(body) == {"error": "internal error (logged by the daemon)", "status": 500}
 
 
 @settings(max_examples=400, deadline=None)
@@ -120,6 +127,105 @@ def test_a_failure_of_the_masters_code_is_a_500_not_an_exception() -> None:
 def test_fuzz_parse_never_raises(noise: bytes, cut: int) -> None:
     for raw in (noise, request()[:cut] + noise, request(noise)):
         got = parse(raw)
-        assert got in (NEED_MORE, NOT_MINE) or isinstance(got, LaneRequest)
+        assert got == NOT_MINE or isinstance(got, (LaneRequest, NeedMore))
         if isinstance(got, LaneRequest):
             assert got.end <= len(raw)
+        if isinstance(got, NeedMore) and got.until:
+            assert got.until > len(raw)
+
+
+# -- the link's side: HttpLink._through_lane --------------------------------------------
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+
+class Aiohttp:
+    """What aiohttp's handler would be given."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def connection_made(self, transport) -> None:
+        pass
+
+    def data_received(self, data) -> None:
+        self.received += data
+
+
+class Limiter:
+    """Records what the link tells the port's limiter."""
+
+    class Settings:
+        write_buffer_high = 1 << 20
+
+    settings = Settings()
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+
+    def received(self, conn, frames, now) -> None:
+        self.held.append(conn.pending_input)
+
+
+def link(lane=None) -> tuple[HttpLink, Transport, Aiohttp, Limiter]:
+    import asyncio
+
+    handler, transport, limiter = Aiohttp(), Transport(), Limiter()
+    lk = HttpLink(handler, limiter, asyncio.new_event_loop(), lane=lane or (lambda *a: (202, "")))  # type: ignore[arg-type]
+    lk.connection_made(transport)  # type: ignore[arg-type]
+    return lk, transport, handler, limiter
+
+
+def test_a_request_trickled_byte_by_byte_is_parsed_a_bounded_number_of_times(monkeypatch) -> None:
+    calls = []
+    real = call_lane.parse
+    monkeypatch.setattr(call_lane, "parse", lambda buf, start=0: calls.append(len(buf)) or real(buf, start))
+    lk, transport, handler, _ = link()
+    raw = request(b'{"type":"REVIVE"' + b" " * 5000 + b"}", extra="X-Pad: " + "a" * 4000 + "\r\n")
+    for i in range(len(raw)):
+        lk.data_received(raw[i : i + 1])
+    assert transport.written == [call_lane.ACCEPTED] and not handler.received
+    # The first byte, the head once whole, the request once whole: not once a byte.
+    assert len(calls) == 3, calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=30))
+def test_however_the_bytes_are_cut_the_answers_and_what_aiohttp_gets_are_the_same(cuts) -> None:
+    tail = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
+    raw = request() + request(b'{"type":"SUPPRESS"}') + tail
+    lk, transport, handler, _ = link()
+    at = 0
+    for size in cuts:
+        lk.data_received(raw[at : at + size])
+        at += size
+    lk.data_received(raw[at:])
+    assert transport.written == [call_lane.ACCEPTED] * 2
+    assert bytes(handler.received) == tail
+
+
+def test_the_start_of_a_request_after_an_answered_one_is_held_input_for_the_limiter() -> None:
+    lk, transport, _, limiter = link()
+    partial = request()[:60]
+    lk.data_received(request() + partial)
+    assert transport.written == [call_lane.ACCEPTED]
+    # Its clock runs and its bytes count, as a frame begun in a read.
+    assert lk.pending_input == len(partial) and limiter.held[-1] == len(partial)

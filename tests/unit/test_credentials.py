@@ -71,12 +71,30 @@ def test_a_bad_credentials_file_is_a_config_error_naming_the_key(tmp_path, conte
     assert caught.value.key == "master.http.credentials"
 
 
-def test_the_config_checks_the_file_when_it_is_loaded(tmp_path) -> None:
+def test_the_configuration_names_the_file_and_only_the_master_reads_it(tmp_path) -> None:
+    # Agents and tools may share the master's configuration file without being able to
+    # read its secrets: loading a configuration does not open the credentials file.
     config = tmp_path / "mezzo.toml"
     config.write_text(f'[master.http]\ncredentials = "{tmp_path / "missing.json"}"\n')
-    with pytest.raises(ConfigError, match="cannot read") as caught:
-        load_config(config)
+    assert load_config(config).master.http.credentials == str(tmp_path / "missing.json")
+
+
+def test_a_master_whose_credentials_cannot_be_read_says_so_in_one_line(tmp_path) -> None:
+    from ..conftest import mezzo_cli, one_line_error
+
+    config = tmp_path / "mezzo.toml"
+    config.write_text(f'[master.http]\ncredentials = "{tmp_path / "missing.json"}"\n')
+    r = mezzo_cli("master", "--config", str(config), "--listen", "127.0.0.1:0")
+    one_line_error(r, 2, "master.http.credentials: cannot read")
+
+
+def test_deep_nesting_is_a_config_error_too(tmp_path) -> None:
+    path = tmp_path / "credentials.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deep") as caught:
+        Credentials.load(str(path))
     assert caught.value.key == "master.http.credentials"
-    (tmp_path / "ok.json").write_text('{"credentials": [{"principal": "etl", "secret": "x"}]}')
-    config.write_text(f'[master.http]\ncredentials = "{tmp_path / "ok.json"}"\n')
-    assert load_config(config).master.http.credentials == str(tmp_path / "ok.json")
+
+
+def test_the_secrets_are_not_in_its_repr(credentials) -> None:
+    assert "s3cret" not in repr(credentials) and "other" not in repr(credentials)

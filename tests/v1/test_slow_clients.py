@@ -499,7 +499,7 @@ def kept_alive(cluster: LocalProcessCluster) -> socket.socket:
     return sock
 
 
-@with_limits(first_frame_timeout=1.5, unregistered_idle_timeout=2.5)
+@with_limits(first_frame_timeout=3.0, unregistered_idle_timeout=4.0)  # room to open 200 on a busy machine
 def test_hundreds_of_idle_connections_are_closed_and_a_framework_is_served_meanwhile(
     cluster, scheduler
 ) -> None:

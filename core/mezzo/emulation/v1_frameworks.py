@@ -213,7 +213,8 @@ class V1Framework:
 
     def send(self, kind: str, body: dict[str, Any] | None = None) -> None:
         """Send a call without waiting for its answer (events keep being read meanwhile);
-        the calls queue for the framework's one calls connection, and leave in order."""
+        the calls queue for the framework's one calls connection (mostly in order: aiohttp
+        may give a connection just freed to the newest call before older waiting ones)."""
         call: dict[str, Any] = {"type": kind, "framework_id": {"value": self.framework_id}}
         if body is not None:
             call[kind.lower()] = body

@@ -13,12 +13,13 @@ it, when it is exactly the common case:
     Mesos-Stream-Id: <id>
 
 and nothing unusual besides (no ``Transfer-Encoding``, ``Expect``, ``Upgrade``,
-``Origin``, ``Sec-Fetch-Site``, ``Connection`` other than keep-alive, no repeated or
-malformed header line, no byte outside ASCII). Its answer comes from the same
-:meth:`~mezzo.http.scheduler_api.SchedulerApi.lane_call` as aiohttp's route, which
-returns None for anything it does not answer itself (a standby, a big body): then,
-as for every request the lane does not take, the connection goes to aiohttp for
-good, with the bytes not yet answered. Responses leave in the order their requests
+``Origin``, ``Sec-Fetch-Site``, ``Content-Encoding``, ``Connection`` other than
+keep-alive, no repeated or malformed header line, no byte outside ASCII). Its answer
+comes from the same :meth:`~mezzo.http.scheduler_api.SchedulerApi.lane_call` as
+aiohttp's route, which returns None for anything it does not answer itself (a
+standby, a big body, Basic credentials that match no principal): then, as for every
+request the lane does not take, the connection goes to aiohttp for good, with the
+bytes not yet answered. Responses leave in the order their requests
 came, since the lane answers at once, on the loop, before reading further.
 
 The lane is a parser of one strict shape, not an HTTP server: whatever it is unsure
@@ -27,18 +28,17 @@ of is aiohttp's to accept or refuse.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
-from .credentials import CHALLENGE
-
 log = structlog.get_logger("mezzo.http", component="v1-scheduler")
 
 MAX_HEAD = 8 << 10
-"""A head longer than this is aiohttp's (whose own limit is the same)."""
+"""A head longer than this is aiohttp's to read (pymesos' are a few hundred bytes)."""
 MAX_BODY = 64 << 10
 """A bigger body is aiohttp's, which reads it as it comes (and the façade decodes it
 in a thread: :data:`~mezzo.http.scheduler_api.INLINE_PARSE_BYTES`)."""
@@ -62,7 +62,17 @@ class LaneRequest:
     """The ``Authorization`` header, if any (Basic credentials: :mod:`.credentials`)."""
 
 
-NEED_MORE = "need more"
+@dataclass(frozen=True, slots=True)
+class NeedMore:
+    """The start of what may be a lane request. ``until``: once its head is in, how many
+    bytes from its start the whole request takes (nothing is worth reading again before
+    then); 0 while the head is still coming."""
+
+    until: int = 0
+
+
+NEED_MORE = NeedMore()
+"""A head still coming (:class:`NeedMore` with no length yet)."""
 NOT_MINE = "not mine"
 
 
@@ -76,10 +86,15 @@ _HEAD = re.compile(
 _LINES = (b"POST /api/v1/scheduler HTTP/1.1\r\n", b"POST /master/api/v1/scheduler HTTP/1.1\r\n")
 
 
-def parse(buf: bytes | bytearray, start: int = 0) -> LaneRequest | str:
-    """The lane request at ``start`` in ``buf``; :data:`NEED_MORE` if it may be one
+def parse(buf: bytes | bytearray, start: int = 0) -> LaneRequest | NeedMore | str:
+    """The lane request at ``start`` in ``buf``; a :class:`NeedMore` if it may be one
     still arriving; :data:`NOT_MINE` if it is anything else. Looks no further than
-    :data:`MAX_HEAD` plus the body's declared length past ``start``."""
+    :data:`MAX_HEAD` plus the body's declared length past ``start``.
+
+    Linear in what it looks at. A caller feeding a request as it arrives should not call
+    it again on every piece (that would be quadratic in a trickled request): while the
+    head comes, only once its blank line is in (:func:`head_complete`); then, once
+    ``NeedMore.until`` bytes are."""
     head = _HEAD.match(buf, start, start + MAX_HEAD)
     if head is None:
         return _partial(buf, start)
@@ -105,7 +120,7 @@ def parse(buf: bytes | bytearray, start: int = 0) -> LaneRequest | str:
         return NOT_MINE
     end = head.end() + int(length)
     if len(buf) < end:
-        return NEED_MORE
+        return NeedMore(end - start)
     authorization = headers.get(b"authorization")
     return LaneRequest(
         stream_id.decode("ascii"),
@@ -115,7 +130,13 @@ def parse(buf: bytes | bytearray, start: int = 0) -> LaneRequest | str:
     )
 
 
-def _partial(buf: bytes | bytearray, start: int) -> str:
+def head_complete(buf: bytes | bytearray, scanned: int) -> bool:
+    """Whether the head held in ``buf`` (from 0) ended, or grew as long as a head may,
+    looking only past ``scanned``, how far an earlier call looked."""
+    return len(buf) >= MAX_HEAD or buf.find(b"\r\n\r\n", max(0, scanned - 3)) >= 0
+
+
+def _partial(buf: bytes | bytearray, start: int) -> NeedMore | str:
     """Whether what did not match at ``start`` may still become a lane request."""
     rest = len(buf) - start
     if rest >= MAX_HEAD or buf.find(b"\r\n\r\n", start, start + MAX_HEAD) >= 0:
@@ -127,27 +148,25 @@ def _partial(buf: bytes | bytearray, start: int) -> str:
     return NOT_MINE
 
 
-_REASONS = {
-    202: "Accepted",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    500: "Internal Server Error",
-}
+_REASONS = {202: "Accepted", 400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error"}
 ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
 
 
 def response(status: int, text: str) -> bytes:
-    """The bytes of an answer (202 has no body, as pymesos' keep-alive needs; errors in
-    plain text, as Mesos and the aiohttp route answer them)."""
+    """The bytes of an answer, as the aiohttp route writes them: 202 with no body (as
+    pymesos' keep-alive needs); the façade's refusals in plain text (as Mesos answers
+    them); a failure of the master's code as the server's JSON error."""
     if status == 202:
         return ACCEPTED
-    body = text.encode("utf-8")
+    if status >= 500:
+        body = json.dumps({"error": text, "status": status}).encode("utf-8")
+        content_type = "application/json; charset=utf-8"
+    else:
+        body = text.encode("utf-8")
+        content_type = "text/plain; charset=utf-8"
     reason = _REASONS.get(status, "Error")
-    challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if status == 401 else ""
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n{challenge}"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("ascii") + body
 

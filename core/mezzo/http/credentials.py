@@ -7,7 +7,9 @@ naming a file in the format of Mesos' own ``--credentials`` file::
 
     {"credentials": [{"principal": "etl", "secret": "s3cret"}, ...]}
 
-a request to the master's HTTP API that carries Basic credentials is the call of
+(read when the master starts, by the master alone: agents and tools sharing its
+configuration file need not be able to read it), a request to the master's HTTP API
+that carries Basic credentials is the call of
 their principal, for the ACLs (``[master.acls]``) and the audit log as a certificate's
 would be; credentials that do not match are answered 401. A certificate's principal,
 when there is one, is the caller's and the header is not read; a request without the
@@ -21,15 +23,17 @@ give the master TLS and the frameworks certificates.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import hmac
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 
 CHALLENGE = 'Basic realm="mezzo"'
 """The ``WWW-Authenticate`` of a 401."""
+_NOBODY = hashlib.sha256(b"no principal has this digest's secret").digest()
 MAX_FILE_BYTES = 1 << 20
 """A credentials file is a list of principals: a megabyte is thousands of them."""
 
@@ -42,7 +46,8 @@ class BadCredentials(Exception):
 class Credentials:
     """Each principal's secret; see the module docstring."""
 
-    secrets: Mapping[str, bytes]
+    digests: Mapping[str, bytes] = field(repr=False)
+    """Each principal's secret's SHA-256 (what is compared: of one length, whatever was sent)."""
 
     @classmethod
     def load(cls, path: str, key: str = "master.http.credentials") -> Credentials:
@@ -57,6 +62,8 @@ class Credentials:
             raise ConfigError(key, f"{path} is over {MAX_FILE_BYTES >> 20} MiB")
         try:
             document = json.loads(raw)
+        except RecursionError:
+            raise ConfigError(key, f"{path} is nested too deep to be a credentials file") from None
         except ValueError as exc:
             raise ConfigError(key, f"{path} is not JSON: {exc}") from None
         entries = document.get("credentials") if isinstance(document, dict) else None
@@ -64,7 +71,7 @@ class Credentials:
             raise ConfigError(
                 key, f'{path}: expected {{"credentials": [{{"principal": ..., "secret": ...}}]}}'
             )
-        secrets: dict[str, bytes] = {}
+        digests: dict[str, bytes] = {}
         for i, entry in enumerate(entries):
             where = f"{path}: credentials[{i}]"
             if not isinstance(entry, dict):
@@ -74,10 +81,10 @@ class Credentials:
                 raise ConfigError(key, f"{where}.principal: expected a non-empty string without ':'")
             if not isinstance(secret, str) or not secret:
                 raise ConfigError(key, f"{where}.secret: expected a non-empty string")
-            if principal in secrets:
+            if principal in digests:
                 raise ConfigError(key, f"{where}.principal: {principal!r} is listed twice")
-            secrets[principal] = secret.encode("utf-8")
-        return cls(secrets)
+            digests[principal] = hashlib.sha256(secret.encode("utf-8")).digest()
+        return cls(digests)
 
     def principal(self, authorization: str) -> str:
         """The principal whose credentials ``authorization`` (the header's value) carries;
@@ -91,16 +98,12 @@ class Credentials:
             raise BadCredentials("Authorization: Basic credentials are not base64") from None
         principal_bytes, colon, secret = decoded.partition(b":")
         principal = principal_bytes.decode("utf-8", "replace")
-        expected = self.secrets.get(principal)
-        # The comparison takes as long whether the principal exists or not.
-        matches = hmac.compare_digest(secret, expected if expected is not None else b"\0" + secret)
+        expected = self.digests.get(principal)
+        # Digests of one length are compared, with one for a principal that does not
+        # exist: the time taken tells neither whether it does nor its secret's length.
+        matches = hmac.compare_digest(
+            hashlib.sha256(secret).digest(), expected if expected is not None else _NOBODY
+        )
         if not colon or expected is None or not matches:
             raise BadCredentials("Authorization: wrong principal or secret")
         return principal
-
-
-def check_credentials(value: str, key: str) -> str:
-    """``master.http.credentials``: "" (none), or a file :meth:`Credentials.load` reads."""
-    if value:
-        Credentials.load(value, key)
-    return value

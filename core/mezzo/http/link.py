@@ -69,6 +69,10 @@ class HttpLink(asyncio.Protocol):
         """The v1 calls' fast lane, until a request is not for it (then None for good)."""
         self._lane_held = bytearray()
         """The start of a request that may still be the lane's."""
+        self._lane_until = 0
+        """How long the held request is once whole (0: its head is still coming)."""
+        self._lane_scanned = 0
+        """How far the held head was searched for its end."""
         self._limiter = limiter
         self._loop = loop
         self._transport: asyncio.Transport | None = None
@@ -125,23 +129,34 @@ class HttpLink(asyncio.Protocol):
 
     def _through_lane(self, data: bytes) -> bytes:
         """Answer the lane's requests at the start of what came; what is left for aiohttp
-        (b"" while the lane still holds a partial request, or took it all)."""
+        (b"" while the lane still holds a partial request, or took it all).
+
+        A partial request is held, and read again only once it can have grown whole (its
+        head's blank line in, then its declared length): a request trickled in byte by
+        byte costs its length, not its length squared."""
         lane = self._lane
         assert lane is not None
         held = self._lane_held
         if held:
             held += data
+            if len(held) < self._lane_until or (
+                not self._lane_until and not call_lane.head_complete(held, self._lane_scanned)
+            ):
+                self._lane_scanned = len(held)
+                return b""
             buf: bytes | bytearray = held
         else:
             buf = data
         start = 0
         while start < len(buf):
             request = call_lane.parse(buf, start)
-            if request is call_lane.NEED_MORE:
-                # Held as it is, not copied again: a request trickled in byte by byte
-                # costs its length, not its length squared.
-                if buf is not held or start:
-                    self._lane_held = bytearray(buf[start:])
+            if isinstance(request, call_lane.NeedMore):
+                # Held as it is where it already is, else copied once.
+                self._lane_held = held if buf is held and not start else bytearray(buf[start:])
+                self._lane_until = request.until
+                self._lane_scanned = len(self._lane_held)
+                if start:
+                    self._held_again(len(self._lane_held))
                 return b""
             answer = None
             if isinstance(request, call_lane.LaneRequest):
@@ -155,7 +170,16 @@ class HttpLink(asyncio.Protocol):
             return b""
         self._lane = None
         self._lane_held = bytearray()
+        if start:
+            self._held_again(len(buf) - start)  # the rest is aiohttp's: a request being read
         return bytes(buf[start:])
+
+    def _held_again(self, size: int) -> None:
+        """After an answer, the ``size`` bytes left of the same read are a new request
+        being read: held input again, its clock starting now, as a frame begun in a read."""
+        self._request_bytes = size
+        if self._limiter is not None and size:
+            self._limiter.received(self, 0, self._loop.time())  # type: ignore[arg-type]
 
     def request_arrived(self) -> None:
         """A request's head reached a handler: what the client sent is no longer held

@@ -32,7 +32,7 @@ as it is:
 
 A standby answers every call but ``/health`` with 307 to the leader, or 503 while
 none is elected. Callers are who their TLS certificate says (the port's TLS, as for
-Thrift); refusals are 403 with the same words and audit line as the Thrift calls'.
+Thrift), else who their Basic credentials say (``[master.http] credentials``); refusals are 403 with the same words and audit line as the Thrift calls'.
 A request that changes something and that a browser says another site sent is
 refused (:func:`.server.same_origin`). Handlers read the master's state cheaply (none
 is O(agents) on the loop: the documents are rendered in a child); only the ``POST``

@@ -31,7 +31,8 @@ than :data:`INLINE_PARSE_BYTES` is decoded in a thread, not on the master's loop
 ACCEPT launches at most :data:`MAX_TASKS_PER_CALL` tasks. The events waiting for a
 scheduler are bounded by its stream, which is cut off past that (the framework is
 disconnected, as after a broken connection). Callers are who their TLS certificate
-says, as on the Thrift port; the master's ACLs decide what they may do.
+says, as on the Thrift port, else who their Basic credentials say
+(:mod:`.credentials`); the master's ACLs decide what they may do.
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ class SchedulerApi:
         if principal is None and authorization is not None and self._credentials is not None:
             try:
                 principal = self._credentials.principal(authorization)
-            except BadCredentials as exc:
-                return 401, str(exc)
+            except BadCredentials:
+                return None  # aiohttp's route answers it, as every request it refuses (JSON 401)
         stream, refusal = self._stream_of(stream_id, principal)
         if stream is None:
             return refusal

@@ -98,7 +98,8 @@ class SchedulerStream:
         self.stream_id = stream_id
         self.peer = peer
         self.principal = principal
-        """Who the scheduler proved to be (TLS certificate), as on a Thrift connection."""
+        """Who the scheduler proved to be (TLS certificate, or Basic credentials), as on a
+        Thrift connection."""
         self.role = role
         self.heartbeat_interval = heartbeat_interval
         self._master_info = master_info
