@@ -101,8 +101,20 @@ def test_a_content_type_with_parameters_and_keep_alive_are_still_the_lanes() -> 
     assert isinstance(parse(request(extra="Connection: keep-alive\r\n")), LaneRequest)
 
 
-def test_answers_are_http_1_1_with_a_length() -> None:
-    assert call_lane.response(202, "") == b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_answers_are_http_1_1_with_a_length_and_a_date() -> None:
+    import email.utils
+    import time
+
+    raw = call_lane.response(202, "")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 202 Accepted" and "Content-Length: 0" in lines and body == b""
+    date = next(line for line in lines if line.startswith("Date: "))[6:]
+    assert abs(email.utils.parsedate_to_datetime(date).timestamp() - time.time()) < 5
     text = "Failed to validate scheduler::Call: type: é"
     raw = call_lane.response(400, text)
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -202,7 +214,7 @@ def test_a_request_trickled_byte_by_byte_is_parsed_a_bounded_number_of_times(mon
     raw = request(b'{"type":"REVIVE"' + b" " * 5000 + b"}", extra="X-Pad: " + "a" * 4000 + "\r\n")
     for i in range(len(raw)):
         lk.data_received(raw[i : i + 1])
-    assert transport.written == [call_lane.ACCEPTED] and not handler.received
+    assert [status_of(w) for w in transport.written] == [202] and not handler.received
     # The first byte, the head once whole, the request once whole: not once a byte.
     assert len(calls) == 3, calls
 
@@ -218,7 +230,7 @@ def test_however_the_bytes_are_cut_the_answers_and_what_aiohttp_gets_are_the_sam
         lk.data_received(raw[at : at + size])
         at += size
     lk.data_received(raw[at:])
-    assert transport.written == [call_lane.ACCEPTED] * 2
+    assert [status_of(w) for w in transport.written] == [202, 202]
     assert bytes(handler.received) == tail
 
 
@@ -226,6 +238,6 @@ def test_the_start_of_a_request_after_an_answered_one_is_held_input_for_the_limi
     lk, transport, _, limiter = link()
     partial = request()[:60]
     lk.data_received(request() + partial)
-    assert transport.written == [call_lane.ACCEPTED]
+    assert [status_of(w) for w in transport.written] == [202]
     # Its clock runs and its bytes count, as a frame begun in a read.
     assert lk.pending_input == len(partial) and limiter.held[-1] == len(partial)

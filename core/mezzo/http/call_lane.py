@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,7 +150,20 @@ def _partial(buf: bytes | bytearray, start: int) -> NeedMore | str:
 
 
 _REASONS = {202: "Accepted", 400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error"}
-ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
+_date: list = [0, b""]
+"""The ``Date`` header of the current second, and that second."""
+
+
+def _date_header() -> bytes:
+    # An origin server with a clock sends Date (RFC 9110); made once a second. The C
+    # locale's day and month names: Python does not set LC_TIME from the environment.
+    now = int(time.time())
+    if now != _date[0]:
+        _date[:] = [
+            now,
+            time.strftime("Date: %a, %d %b %Y %H:%M:%S GMT\r\n", time.gmtime(now)).encode("ascii"),
+        ]
+    return _date[1]
 
 
 def response(status: int, text: str) -> bytes:
@@ -157,7 +171,7 @@ def response(status: int, text: str) -> bytes:
     pymesos' keep-alive needs); the façade's refusals in plain text (as Mesos answers
     them); a failure of the master's code as the server's JSON error."""
     if status == 202:
-        return ACCEPTED
+        return b"HTTP/1.1 202 Accepted\r\n" + _date_header() + b"Content-Length: 0\r\n\r\n"
     if status >= 500:
         body = json.dumps({"error": text, "status": status}).encode("utf-8")
         content_type = "application/json; charset=utf-8"
@@ -165,10 +179,8 @@ def response(status: int, text: str) -> bytes:
         body = text.encode("utf-8")
         content_type = "text/plain; charset=utf-8"
     reason = _REASONS.get(status, "Error")
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode("ascii") + body
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+    return head.encode("ascii") + _date_header() + b"\r\n" + body
 
 
 def answer(lane: Answer, request: LaneRequest, principal: str | None) -> bytes | None:
