@@ -162,3 +162,16 @@ def test_unreachable_zookeeper_is_a_clear_timeout():
                               on_demoted=lambda r: None, session_timeout=SESSION)
     with pytest.raises(TimeoutError, match="cannot reach ZooKeeper at 127.0.0.1:1"):
         election.start(timeout=1)
+
+
+def test_a_contender_stops_at_once_while_zookeeper_is_down(mezzo_zookeeper):
+    # Stopping during an outage must not wait out kazoo's retries (a master asked to stop
+    # then took 10 s, and two of them in a test's teardown 20 s).
+    election, events = contender(mezzo_zookeeper.url("/mezzo"), "127.0.0.1:1")
+    election.start()
+    wait_for(lambda: events.log == ["elected"], 10, "the lone contender to lead")
+    mezzo_zookeeper.stop()
+    wait_for(lambda: len(events.log) == 2, 10, "it to step down with the connection gone")
+    done = threading.Event()
+    threading.Thread(target=lambda: (election.stop(), done.set()), daemon=True).start()
+    assert done.wait(5), "LeaderElection.stop() waited on ZooKeeper"

@@ -136,7 +136,7 @@ def test_wrong_credentials_are_refused_too(mezzo_zookeeper) -> None:
         election.stop()
 
 
-def test_a_cluster_runs_through_a_protected_path(mezzo_cluster, mezzo_zookeeper) -> None:
+def test_a_cluster_runs_through_a_protected_path(mezzo_zookeeper, mezzo_cluster) -> None:
     """Masters elect, the agent and ``mezzo state`` find the leader, all with the
     credentials in their ``zk://`` URL; the password shows in no log."""
     url = secured(mezzo_zookeeper, "/cluster")
