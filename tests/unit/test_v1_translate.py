@@ -677,8 +677,21 @@ def test_accept_launch_group_runs_its_tasks_with_the_group_executor():
             },
         },
     }
+    # A group is launched whole or not at all: g3 cannot be read, so g1 and g2 fail with it.
     accept = translate.task_infos_of_accept({"offer_ids": [{"value": "o1"}], "operations": [group]})
-    assert [t.task_id for t in accept.tasks] == ["g1", "g2"]
+    assert accept.tasks == []
+    g3_problem = (
+        "accept.operations[0].launch_group.task_group.tasks[2].executor: a task of a group names no "
+        "executor: the group's runs it"
+    )
+    assert accept.invalid == [
+        ("g3", g3_problem),
+        ("g1", f"another task of its group cannot be launched (g3: {g3_problem})"),
+        ("g2", f"another task of its group cannot be launched (g3: {g3_problem})"),
+    ]
+    group["launch_group"]["task_group"]["tasks"].pop()
+    accept = translate.task_infos_of_accept({"offer_ids": [{"value": "o1"}], "operations": [group]})
+    assert [t.task_id for t in accept.tasks] == ["g1", "g2"] and accept.invalid == []
     for task in accept.tasks:
         assert task.command is None  # a mezzo task has a command or an executor
         assert task.executor == ExecutorInfo(
@@ -688,18 +701,11 @@ def test_accept_launch_group_runs_its_tasks_with_the_group_executor():
             name="",
             framework_id="",
         )
-    assert accept.invalid == [
-        (
-            "g3",
-            "accept.operations[0].launch_group.task_group.tasks[2].executor: a task of a group names no "
-            "executor: the group's runs it",
-        )
-    ]
     # A group whose executor mezzo cannot run (Mesos' default one): each task says why.
     group["launch_group"]["executor"] = {"type": "DEFAULT", "executor_id": {"value": "e1"}}
     accept = translate.task_infos_of_accept({"operations": [group]})
     assert accept.tasks == []
-    assert [task_id for task_id, _ in accept.invalid] == ["g1", "g2", "g3"]
+    assert [task_id for task_id, _ in accept.invalid] == ["g1", "g2"]
     assert all("launch_group.executor.type: mezzo has no default executor" in m for _, m in accept.invalid)
 
 

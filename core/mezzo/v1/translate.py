@@ -537,7 +537,8 @@ def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
     call's own structure (``offer_ids``, ``operations``, an operation's ``type``,
     ``launch``, ``task_group``, ``filters``); a task that cannot be decoded is
     ``invalid`` instead. The tasks of a ``LAUNCH_GROUP`` are launched one by one, each
-    with the group's executor."""
+    with the group's executor, and only if every one of them can be read (else all of
+    them are ``invalid``, as Mesos refuses the whole group)."""
     accept_ = _object(body, "accept")
     offer_ids = _ids(accept_.get("offer_ids"), "accept.offer_ids")
     tasks: list[TaskInfo] = []
@@ -579,8 +580,18 @@ def _launch_group(
     except BadCall as exc:
         executor = exc  # every task of the group is invalid with it, as in Mesos
     where = f"{at}.launch_group.task_group.tasks"
+    decoded: list[TaskInfo] = []
+    failed: list[tuple[str, str]] = []
     for j, task in enumerate(members):
-        _decode_task(task, f"{where}[{j}]", framework_role, executor, tasks, invalid)
+        _decode_task(task, f"{where}[{j}]", framework_role, executor, decoded, failed)
+    if failed:
+        # A group is launched whole or not at all (Mesos): one unreadable member fails all.
+        first_id, first_problem = failed[0]
+        why = f"another task of its group cannot be launched ({first_id or 'no task_id'}: {first_problem})"
+        failed += [(t.task_id, why) for t in decoded]
+        invalid += failed
+    else:
+        tasks += decoded
 
 
 def _decode_task(
