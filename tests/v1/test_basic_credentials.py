@@ -92,6 +92,8 @@ def test_wrong_credentials_are_401_with_a_challenge_and_none_are_anonymous(clust
     assert response.status == 403  # the ACLs refuse an anonymous framework, as a certificate-less one
     assert "may not" in response.read().decode()
     assert get(cluster, "/state", basic("ops", "nope"))[0] == 401
+    log = (cluster.dir / "master.log").read_text(errors="replace")
+    assert "action=authenticate" in log and "nope" not in log  # audited, the secret not written
     status, _, body = get(cluster, "/state", None)
     assert status == 200 and json.loads(body)["frameworks"] == [] and "partial" in json.loads(body)
 

@@ -31,7 +31,7 @@ def caller(request: web.Request) -> str | None:
 def basic_credentials(credentials: Credentials) -> Any:
     """A middleware reading ``Authorization: Basic`` of callers without a certificate:
     valid, the request is its principal's (:func:`caller`); not valid, it is answered
-    401 and goes no further."""
+    401, audited, and goes no further."""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -40,6 +40,8 @@ def basic_credentials(credentials: Credentials) -> Any:
             try:
                 request[BASIC_PRINCIPAL] = credentials.principal(header)
             except BadCredentials as exc:
+                # Audited like every refusal (rate-limited: one key, whoever was claimed).
+                refused("authenticate", None, f"{request.method} {request.path}", str(exc), peer_of(request))
                 return json_error(401, str(exc), **{"WWW-Authenticate": CHALLENGE})
         return await handler(request)
 
