@@ -3,9 +3,9 @@ every endpoint (documents, metrics, the event stream, sandbox files).
 
 The caller is who its TLS certificate says (:func:`mezzo.master.audit.principal_of`),
 else who its HTTP Basic credentials say when the master has ``[master.http]
-credentials`` (:func:`basic_credentials`, :mod:`.credentials`); None for neither. A caller refused is answered 403 naming the
-``[master.acls]`` actions, and the refusal is written to the audit log, as the
-Thrift calls' refusals are.
+credentials`` (:func:`basic_credentials`, :mod:`.credentials`); None for neither. A
+caller refused is answered 403 naming the ``[master.acls]`` actions, and the refusal
+is written to the audit log, as the Thrift calls' refusals are.
 """
 
 from __future__ import annotations
