@@ -151,7 +151,8 @@ class SchedulerApi:
     ) -> tuple[int, str] | None:
         """A call the port's fast lane read (:mod:`.call_lane`), answered as :meth:`call`
         answers it: ``(status, text)``; None for what only :meth:`call` answers (this
-        master does not lead, or the body is to be decoded in a thread). ``principal``:
+        master does not lead, a body to decode in a thread, Basic credentials that match
+        no principal: the route's middleware answers and audits those). ``principal``:
         the connection's certificate's; ``authorization``: the request's header, read
         as the master's Basic credentials middleware reads it (:mod:`.access`)."""
         if not self._master.leading or len(body) > INLINE_PARSE_BYTES:
