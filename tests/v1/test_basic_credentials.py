@@ -60,14 +60,19 @@ def scheduler(cluster):
         s.close()
 
 
-def get(cluster, path: str, authorization: str | None) -> tuple[int, dict[str, str], str]:
+def exchange(cluster, method: str, path: str, headers: dict[str, str], body: str | None = None):
+    """One request on a new connection: (status, headers lower-cased, text)."""
     conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
     try:
-        conn.request("GET", path, headers={"Authorization": authorization} if authorization else {})
+        conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
     finally:
         conn.close()
+
+
+def get(cluster, path: str, authorization: str | None) -> tuple[int, dict[str, str], str]:
+    return exchange(cluster, "GET", path, {"Authorization": authorization} if authorization else {})
 
 
 def test_a_framework_with_credentials_is_its_principal_and_runs_a_task(cluster, scheduler) -> None:
@@ -100,15 +105,9 @@ def test_wrong_credentials_are_401_with_a_challenge_and_none_are_anonymous(clust
 
 def post_call(cluster, s: V1Scheduler, headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
     """A REVIVE on ``s``'s stream with exactly ``headers`` besides the call's own."""
-    conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
-    try:
-        body = json.dumps({"type": "REVIVE", "framework_id": {"value": s.framework_id}})
-        sent = {"Content-Type": "application/json", "Mesos-Stream-Id": s.stream_id, **headers}
-        conn.request("POST", "/api/v1/scheduler", body=body, headers=sent)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
-    finally:
-        conn.close()
+    body = json.dumps({"type": "REVIVE", "framework_id": {"value": s.framework_id}})
+    sent = {"Content-Type": "application/json", "Mesos-Stream-Id": s.stream_id, **headers}
+    return exchange(cluster, "POST", "/api/v1/scheduler", sent, body)
 
 
 def test_calls_on_a_stream_need_its_principals_credentials_on_either_path(cluster, scheduler) -> None:

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from .. import log as mezzo_log
 from ..heap import tune_gc
@@ -66,6 +67,17 @@ async def _run_agents(args: argparse.Namespace) -> None:
     await pool.stop()
 
 
+def _frameworks_line(pool: Any) -> dict[str, Any]:
+    """A frameworks process's counters (either API's pool: the same methods)."""
+    return {
+        "registered": pool.registered_count(),
+        **pool.counts(),
+        "first_offer_at": pool.first_offer_at(),
+        "all_registered_at": pool.all_registered_at(),
+        "offered_since_registered_at": pool.offered_since_registered_at(),
+    }
+
+
 def _run_frameworks(args: argparse.Namespace) -> None:
     if args.api == "v1":
         asyncio.run(_run_v1_frameworks(args))
@@ -91,15 +103,7 @@ def _run_frameworks(args: argparse.Namespace) -> None:
         time.sleep(0.05)
     _report({"registered": pool.registered_count()})
     while not stop.wait(args.report_every):
-        _report(
-            {
-                "registered": pool.registered_count(),
-                **pool.counts(),
-                "first_offer_at": pool.first_offer_at(),
-                "all_registered_at": pool.all_registered_at(),
-                "offered_since_registered_at": pool.offered_since_registered_at(),
-            }
-        )
+        _report(_frameworks_line(pool))
     pool.stop()
 
 
@@ -130,15 +134,7 @@ async def _run_v1_frameworks(args: argparse.Namespace) -> None:
             await asyncio.wait_for(stop.wait(), args.report_every)
         except TimeoutError:
             pass
-        _report(
-            {
-                "registered": pool.registered_count(),
-                **pool.counts(),
-                "first_offer_at": pool.first_offer_at(),
-                "all_registered_at": pool.all_registered_at(),
-                "offered_since_registered_at": pool.offered_since_registered_at(),
-            }
-        )
+        _report(_frameworks_line(pool))
     await pool.stop()
 
 
