@@ -404,3 +404,62 @@ def test_the_default_limits_are_one_mebibyte_of_data_and_64_kib_of_metadata(w):
     t = task("u")
     t.labels = {"k": "v" * (64 * 1024)}
     assert only(w.check(["O1"], [t])).reason == L.TASK_METADATA_TOO_LARGE
+
+
+# -- task groups (the v1 façade's LAUNCH_GROUP): whole or not at all -------------------------
+
+
+def check_groups(w, offer_ids, tasks, group_of):
+    return check_launch(w.fw, offer_ids, tasks, w.offers, w.agents, group_of=group_of)
+
+
+def test_a_group_that_fits_launches_whole(w):
+    tasks = [exec_task("g1", res="cpus:0.5"), exec_task("g2", res="cpus:0.5"), task("solo", "cpus:0.5")]
+    plan = check_groups(w, ["O1"], tasks, {"g1": 0, "g2": 0})
+    assert plan.rejected == []
+    assert [x.task.task_id for x in plan.accepted] == ["g1", "g2", "solo"]
+    assert plan.used == Resources(cpus=1.6, mem=32)  # the executor brings the only memory
+
+
+def test_a_group_whose_members_together_do_not_fit_launches_none_and_gives_back_what_they_took(w):
+    # 2 cpus offered: g1 (1 cpu + the 0.1 executor) fits, g2 (1 cpu) then does not. The
+    # group is refused whole, and the task after it gets what g1 had taken.
+    tasks = [exec_task("g1", res="cpus:1"), exec_task("g2", res="cpus:1"), task("after", "cpus:1.9")]
+    plan = check_groups(w, ["O1"], tasks, {"g1": 0, "g2": 0})
+    assert [x.task.task_id for x in plan.accepted] == ["after"]
+    refused = {s.task_id: s for s in plan.rejected}
+    assert set(refused) == {"g1", "g2"}
+    assert_error(refused["g2"], "g2", L.INSUFFICIENT_RESOURCES)
+    assert_error(refused["g1"], "g1", L.TASK_GROUP_INVALID, "another task of its group was refused (g2: ")
+    assert plan.used == Resources(cpus=1.9)
+
+
+def test_one_invalid_member_refuses_its_group_not_the_next_one(w):
+    tasks = [
+        exec_task("a1"),
+        exec_task("a2", eid="ex-2", command=""),  # an executor with an empty command
+        exec_task("b1", eid="ex-3"),
+        exec_task("b2", eid="ex-3"),
+    ]
+    plan = check_groups(w, ["O1"], tasks, {"a1": 0, "a2": 0, "b1": 1, "b2": 1})
+    assert [x.task.task_id for x in plan.accepted] == ["b1", "b2"]
+    assert {s.task_id for s in plan.rejected} == {"a1", "a2"}
+    # a1's executor was given back: b's group brings its own, and nothing of a1's is counted.
+    assert plan.used == Resources(cpus=1.1, mem=288)
+
+
+def test_a_rolled_back_member_frees_its_executor(w):
+    # a brought executor ex-9 to the agent, then its group was refused: the next task of
+    # ex-9 brings it again (its resources are counted), as if a had never been.
+    tasks = [exec_task("a", eid="ex-9"), exec_task("b", eid="ex-9", res="cpus:9"), exec_task("c", eid="ex-9")]
+    plan = check_groups(w, ["O1"], tasks, {"a": 0, "b": 0})
+    assert [x.task.task_id for x in plan.accepted] == ["c"]
+    assert plan.accepted[0].executor_resources == Resources(cpus=0.1, mem=32)
+    assert plan.used == Resources(cpus=0.6, mem=160)
+
+
+def test_without_groups_each_task_stands_alone(w):
+    tasks = [exec_task("g1", res="cpus:1"), exec_task("g2", res="cpus:1")]
+    plan = w.check(["O1"], tasks)
+    assert [x.task.task_id for x in plan.accepted] == ["g1"]
+    assert [s.task_id for s in plan.rejected] == ["g2"]

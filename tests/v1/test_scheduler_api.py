@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import time
 
 import pytest
 
@@ -423,3 +424,72 @@ def test_the_lane_refuses_what_the_route_refuses(cluster, scheduler) -> None:
         assert status == 400 and "'no-such-stream'" in text and "not valid" in text
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize("through", ["lane", "aiohttp"])
+def test_a_quiet_calls_connection_is_kept_open(mezzo_cluster, scheduler, through) -> None:
+    # pymesos makes its calls on one keep-alive connection and fails its next call (its
+    # driver thread with it) on a connection the server closed while it was quiet; Mesos
+    # never closes one. So a connection that made a call on a live stream is spared the
+    # port's idle timeout, whichever path answered that call.
+    cluster = mezzo_cluster(
+        agents=1, master={"allocation_interval": 0.02, "connections": {"unregistered_idle_timeout": 0.5}}
+    )
+    s = V1Scheduler(cluster.master, {})
+    try:
+        assert s.subscribe().status == 200
+        s.wait_for("SUBSCRIBED")
+        # An Origin header (of this very host) sends a call past the lane, to aiohttp.
+        headers = {"Origin": f"http://{cluster.master}"} if through == "aiohttp" else None
+        assert s.call("SUPPRESS", {}, headers=headers) == (202, "")
+        time.sleep(1.5)  # three idle timeouts
+        assert s.call("REVIVE", {}, headers=headers) == (202, "")
+    finally:
+        s.close()
+
+
+def test_a_task_group_that_does_not_fit_whole_launches_none_of_its_tasks(cluster, scheduler) -> None:
+    # Mesos refuses a LAUNCH_GROUP whole. The offer has 2 cpus: g1 (1.5) would fit alone,
+    # g2 (1.5) then would not; both get TASK_ERROR, nothing runs, and the LAUNCH after the
+    # group gets the resources g1 would have taken.
+    s = scheduler()
+    s.subscribe()
+    offer = s.offers()[0]
+
+    def member(task_id: str, cpus: float) -> dict:
+        return {
+            "task_id": {"value": task_id},
+            "agent_id": offer["agent_id"],
+            "name": task_id,
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}}],
+        }
+
+    executor = {
+        "type": "CUSTOM",
+        "executor_id": {"value": "group-executor"},
+        "command": {"value": "sleep 30"},
+        "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 0.1}}],
+    }
+    after = {**member("after", 1.5), "command": {"value": "true"}}
+    status, text = s.call(
+        "ACCEPT",
+        {
+            "offer_ids": [offer["id"]],
+            "operations": [
+                {
+                    "type": "LAUNCH_GROUP",
+                    "launch_group": {"executor": executor, "task_group": {"tasks": [member("g1", 1.5), member("g2", 1.5)]}},
+                },
+                {"type": "LAUNCH", "launch": {"task_infos": [after]}},
+            ],
+        },
+    )
+    assert status == 202, text
+    g1, g2 = s.wait_state("g1", "TASK_ERROR"), s.wait_state("g2", "TASK_ERROR")
+    assert "more than is left of its offers" in g2["message"]
+    assert "another task of its group was refused (g2: " in g1["message"]
+    assert (g1["reason"], g2["reason"]) == ("REASON_TASK_GROUP_INVALID", "REASON_TASK_INVALID")
+    assert [u["state"] for u in s.updates("g1")] == ["TASK_ERROR"]
+    s.wait_state("after", "TASK_FINISHED")
+    agents = cluster.state()["agents"]
+    assert not any(e["executor_id"] == "group-executor" for a in agents for e in a["executors"])

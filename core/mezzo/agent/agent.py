@@ -274,6 +274,7 @@ class Agent:
                     lambda: metrics.snapshot(self, started),
                     tls=self.tls is not None,
                     readers=config.http.readers,
+                    executors=self,
                 )
             )
             await self._http.start()

@@ -190,6 +190,29 @@ class ExecutorRun(ContainerRun):
             return {EXECUTOR_CA_ENV: os.path.join(sandbox.path, CA_COPY)}
         return {EXECUTOR_CA_ENV: os.path.abspath(self.agent.tls.ca)}
 
+    def _mesos_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """What an executor written for Apache Mesos reads to find its agent's v1 executor
+        API (:mod:`mezzo.http.executor_api`), when the agent serves HTTP; ``MESOS_CHECKPOINT``
+        only when the agent checkpoints (pymesos takes any value, even "0", as on: such an
+        executor outlives a lost connection and subscribes again)."""
+        agent = self.agent
+        if not agent.config.http.enabled:
+            return {}
+        env = {
+            "MESOS_AGENT_ENDPOINT": agent.endpoint,
+            "MESOS_FRAMEWORK_ID": self.framework_id,
+            "MESOS_EXECUTOR_ID": self.executor_id,
+            "MESOS_AGENT_ID": agent.agent_id,
+            "MESOS_SLAVE_ID": agent.agent_id,
+            "MESOS_DIRECTORY": sandbox.path,
+            "MESOS_SANDBOX": sandbox.path,
+            "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": f"{agent.config.kill_grace_period:g}secs",
+            "MESOS_EXECUTOR_AUTHENTICATION_TOKEN": self.token,
+        }
+        if agent.config.checkpoint:
+            env["MESOS_CHECKPOINT"] = "1"
+        return env
+
     def _launch_spec(self, sandbox: Sandbox) -> ContainerLaunch:
         command = self.info.command
         return ContainerLaunch(
@@ -204,6 +227,7 @@ class ExecutorRun(ContainerRun):
                     EXECUTOR_TOKEN_ENV: self.token,
                     "PYTHONUNBUFFERED": "1",
                     **self._ca_env(sandbox),
+                    **self._mesos_env(sandbox),
                 },
                 self.agent.config.inherited_environment,
                 self.user,

@@ -7,12 +7,16 @@ connection whose first byte is a letter to them).
 - ``GET /files/browse?path=``, ``/files/read?path=&offset=&length=``,
   ``/files/download?path=``: the sandboxes' files in Mesos' shape
   (:mod:`mezzo.agent.files`, which says which paths are served and why others are not).
+- ``POST /api/v1/executor``: Apache Mesos' v1 executor API, for custom executors written
+  for Mesos (:mod:`.executor_api`, which checks that the caller is the executor).
 
 Who may call: without TLS, anyone who reaches the port (like everything else there, see
 docs/security.md). With TLS, the files and the metrics only principals listed in
 ``[agent.http] readers`` (default none: the master's proxy, which reaches the agent over
 its own link, is then the only way in); others get 403 naming that key. ``/health`` and
-``/version`` answer everyone. Errors are JSON (:func:`.server.json_error`).
+``/version`` answer everyone, and ``/api/v1/executor`` whoever it finds to be the
+executor named. Errors are JSON (:func:`.server.json_error`), but the executor API's,
+which are plain text as Mesos'.
 
 Nothing here blocks the loop for long: a read is at most 64 KiB, a browse runs on a worker
 thread, a download goes out in 64 KiB pieces read on a worker thread, each written only
@@ -33,6 +37,8 @@ from aiohttp import web
 from .. import __version__
 from ..agent.files import FileError, SandboxFiles, parse_int
 from . import metrics
+from .executor_api import PATH as EXECUTOR_API_PATH
+from .executor_api import ExecutorAgent, add_executor_routes
 from .server import MAX_BODY_BYTES, Handler, json_error, json_errors, request_arrived
 
 DOWNLOAD_PIECE = 64 * 1024
@@ -46,10 +52,12 @@ def agent_app(
     *,
     tls: bool,
     readers: list[str],
+    executors: ExecutorAgent | None = None,
 ) -> web.Application:
     """The aiohttp application of an agent's endpoints: ``files`` its sandboxes, ``snapshot()``
     its metrics (:func:`mezzo.agent.metrics.snapshot`), ``tls`` whether its port speaks TLS,
-    ``readers`` ``[agent.http] readers``."""
+    ``readers`` ``[agent.http] readers``, ``executors`` the agent whose custom executors
+    the v1 executor API serves (None: not served)."""
     app = web.Application(
         middlewares=[request_arrived, json_errors, _readers_only(tls, frozenset(readers))],
         client_max_size=MAX_BODY_BYTES,
@@ -62,10 +70,13 @@ def agent_app(
     app.router.add_get("/files/browse", endpoints.browse)
     app.router.add_get("/files/read", endpoints.read)
     app.router.add_get("/files/download", endpoints.download)
+    if executors is not None:
+        add_executor_routes(app, executors)
     return app
 
 
-OPEN_PATHS = frozenset({"/health", "/version"})
+OPEN_PATHS = frozenset({"/health", "/version", EXECUTOR_API_PATH})
+"""Paths the readers rule does not apply to (the executor API checks its callers itself)."""
 
 
 def _readers_only(tls: bool, readers: frozenset[str]) -> Any:

@@ -43,6 +43,18 @@ from typing import Any
 from ..rpc.limits import ConnectionLimiter
 from . import call_lane
 
+V1_CALLS = "v1-calls"
+"""The tag of a connection on which a v1 client made a call on a live stream (a 202): it
+is spared the port's idle timeout, as a registered Thrift peer is. Mesos never closes
+such a connection, and pymesos fails its next call (its driver's thread with it) on one
+the server closed while it was quiet."""
+
+
+def keep_for_calls(link: object) -> None:
+    """Tag ``link`` (a request's transport) :data:`V1_CALLS`, unless it is tagged already."""
+    if getattr(link, "tag", False) is None:
+        link.tag = V1_CALLS  # type: ignore[attr-defined]
+
 
 class HttpLink(asyncio.Protocol):
     """The socket's protocol, and aiohttp's request handler's transport; see the module docstring."""
@@ -164,6 +176,8 @@ class HttpLink(asyncio.Protocol):
             if answer is None:
                 break  # not the lane's: this connection is aiohttp's from here on
             self.write(answer)  # which also ends the request's clock (request_arrived)
+            if answer.startswith(b"HTTP/1.1 202 "):
+                keep_for_calls(self)
             start = request.end  # type: ignore[union-attr]
         else:
             self._lane_held = bytearray()

@@ -51,6 +51,8 @@ from ..v1.scheduler_stream import SchedulerStream
 from ..wire.ttypes import TaskState, TaskStatus
 from .access import caller, peer_of
 from .credentials import BadCredentials, Credentials
+from .link import keep_for_calls
+from .v1_calls import JSON, content_type_refusal, read_body, text_error, write_events
 
 log = structlog.get_logger("mezzo.http", component="v1-scheduler")
 
@@ -65,7 +67,6 @@ INLINE_PARSE_BYTES = 64 << 10
 STREAMING = "v1-scheduler-stream"
 """The tag of a subscription's HTTP link: registered, as the port's idle check sees it."""
 
-JSON = "application/json"
 SCHEDULER_API: web.AppKey[SchedulerApi] = web.AppKey("v1_scheduler_api")
 """The app's :class:`SchedulerApi`, for the port's fast lane (:mod:`.call_lane`)."""
 
@@ -111,11 +112,9 @@ class SchedulerApi:
         self.streams: dict[str, SchedulerStream] = {}
 
     async def call(self, request: web.Request) -> web.StreamResponse:
-        content_type = request.headers.get("Content-Type")
-        if content_type is None:
-            return _error(400, "Expecting 'Content-Type' to be present")
-        if content_type.split(";", 1)[0].strip().lower() != JSON:
-            return _error(415, f"Content-Type {content_type[:60]!r}: only {JSON} is served (no protobuf)")
+        not_json = content_type_refusal(request)
+        if not_json is not None:
+            return not_json
         # Who is calling, before reading a byte of the body: a body is parsed on the loop
         # (or, a big one, in a thread) only for a live stream's own principal.
         stream_id = request.headers.get("Mesos-Stream-Id")
@@ -123,11 +122,11 @@ class SchedulerApi:
         if stream_id is not None:
             stream, refusal = self._stream_of(stream_id, caller(request))
             if stream is None:
-                return _error(*refusal)
+                return text_error(*refusal)
         limit = MAX_CALL_BYTES if stream is not None else MAX_SUBSCRIBE_BYTES
-        body = await _read_body(request, limit)
+        body = await read_body(request, limit)
         if body is None:
-            return _error(
+            return text_error(
                 413, f"a call's body is at most {limit} bytes" + ("" if stream else " without a stream")
             )
         try:
@@ -138,13 +137,16 @@ class SchedulerApi:
             else:
                 call, accept = _decode(body, stream.role if stream is not None else "*")
         except translate.BadCall as exc:
-            return _error(400, f"Failed to validate scheduler::Call: {exc}")
+            return text_error(400, f"Failed to validate scheduler::Call: {exc}")
         if call.type == "SUBSCRIBE" and stream is None:
             return await self._subscribe(request, call)
         if stream is None:
             return self._without_stream(call)
         status, text = self._answer(stream, call, accept)
-        return web.Response(status=202) if status == 202 else _error(status, text)
+        if status != 202:
+            return text_error(status, text)
+        keep_for_calls(request.transport)
+        return web.Response(status=202)
 
     def lane_call(
         self, stream_id: str, principal: str | None, body: bytes, authorization: str | None = None
@@ -205,10 +207,10 @@ class SchedulerApi:
         try:
             info = translate.framework_info(call.body.get("framework_info"), "subscribe.framework_info")
         except translate.BadCall as exc:
-            return _error(400, f"Failed to validate scheduler::Call: {exc}")
+            return text_error(400, f"Failed to validate scheduler::Call: {exc}")
         if call.framework_id:
             if info.framework_id and info.framework_id != call.framework_id:
-                return _error(400, "'framework_id' differs from 'subscribe.framework_info.id'")
+                return text_error(400, "'framework_id' differs from 'subscribe.framework_info.id'")
             info.framework_id = call.framework_id
         master = self._master
         link: Any = request.transport
@@ -229,12 +231,12 @@ class SchedulerApi:
             # when it opens (the stream is not open), not applied to a stream nobody reads.
             stream.close()
             if not stream.errors:
-                return _error(503, "the master is taking over leadership; subscribe again shortly")
+                return text_error(503, "the master is taking over leadership; subscribe again shortly")
             # Refused (an ACL, a removed framework, another principal's framework): say
             # why in the answer, as Mesos does, with no stream.
             reason = "; ".join(stream.errors)
             status = 403 if "may not" in reason or "another principal" in reason else 400
-            return _error(status, reason)
+            return text_error(status, reason)
         self.streams[stream.stream_id] = stream
         if link is not None and hasattr(link, "tag"):
             link.tag = STREAMING  # the port's idle check spares it
@@ -252,15 +254,7 @@ class SchedulerApi:
         )
         try:
             await response.prepare(request)
-            while True:
-                chunk = await stream.next_chunk(stream.heartbeat_interval)
-                if chunk is None:
-                    break
-                if not chunk:
-                    stream.heartbeat()
-                    continue
-                await response.write(chunk)
-            await response.write_eof()
+            await write_events(response, stream, stream.heartbeat_interval)
         except (ConnectionResetError, ConnectionError):
             pass  # the scheduler left: its framework is disconnected below
         except asyncio.CancelledError:
@@ -295,13 +289,13 @@ class SchedulerApi:
     def _without_stream(self, call: translate.Call) -> web.Response:
         """The answer to a call without ``Mesos-Stream-Id`` (Mesos' codes)."""
         if not call.framework_id:
-            return _error(400, f"{call.type}: 'framework_id' is required")
+            return text_error(400, f"{call.type}: 'framework_id' is required")
         record = self._master.state.frameworks.get(call.framework_id)
         if record is None:
-            return _error(400, f"Framework {call.framework_id[:100]!r} cannot be found")
+            return text_error(400, f"Framework {call.framework_id[:100]!r} cannot be found")
         if record.conn is None:
-            return _error(403, "Framework is not subscribed")
-        return _error(400, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
+            return text_error(403, "Framework is not subscribed")
+        return text_error(400, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
 
     def _dispatch(
         self, stream: SchedulerStream, call: translate.Call, accept: translate.Accept | None
@@ -320,7 +314,7 @@ class SchedulerApi:
                 return f"accept: more than {MAX_TASKS_PER_CALL} tasks in one call; launch them in several"
             for task_id, message in accept.invalid:
                 stream.status_update(_task_error(task_id, message))
-            gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters)
+            gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters, accept.group_of)
         elif kind == "DECLINE":
             offer_ids, filters = translate.decline(body)
             gate.decline_offer(stream, fid, offer_ids, filters)
@@ -374,26 +368,9 @@ def _task_error(task_id: str, message: str) -> TaskStatus:
     )
 
 
-def _error(status: int, message: str) -> web.Response:
-    """Mesos answers its scheduler API's errors in plain text; so does the façade."""
-    return web.Response(status=status, text=message)
-
-
 def _decode(body: bytes, role: str) -> tuple[translate.Call, translate.Accept | None]:
     """The call in ``body``, and an ACCEPT's tasks decoded (the costly part, so that a
     big call is decoded off the loop as a whole)."""
     call = translate.parse_call(body)
     accept = translate.task_infos_of_accept(call.body, role) if call.type == "ACCEPT" else None
     return call, accept
-
-
-async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """The body, or None past ``limit`` bytes (read no further than that)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(1 << 16):
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)

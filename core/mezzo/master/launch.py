@@ -9,7 +9,9 @@ Rules, in the order they are checked (the first failing rule answers the task):
 1. Offers (all tasks dropped when any fails, TASK_DROPPED): every offer id is an
    outstanding offer of this framework; all offers are on one agent; that agent is
    still connected.
-2. Per task (TASK_ERROR, others in the batch still launch): a non-empty task id,
+2. Per task (TASK_ERROR, others in the batch still launch, but for the other tasks of
+   its task group, which are refused with it, as Mesos refuses a ``LAUNCH_GROUP`` whole,
+   each saying which member failed and why): a non-empty task id,
    unique within the framework and within the batch; the agent id of the offers;
    sane resources (no negative amounts, no inverted ranges); exactly one of
    ``command`` and ``executor``; an executor with an id and sane resources;
@@ -26,7 +28,7 @@ Rules, in the order they are checked (the first failing rule answers the task):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..resources import InvalidResources, Resources, wire_ranges_problem
@@ -51,6 +53,8 @@ TASK_DATA_TOO_LARGE = "task_data_too_large"
 TASK_METADATA_TOO_LARGE = "task_metadata_too_large"
 TASK_UNAUTHORIZED = "task_unauthorized"
 """The framework's principal may not run tasks as the task's user (``run_tasks`` ACL)."""
+TASK_GROUP_INVALID = "task_group_invalid"
+"""Another task of the task's group was refused (its own reason says why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +109,11 @@ def check_launch(
     agents: dict[str, AgentRecord],
     limits: TaskLimits = TaskLimits(),
     may_run_as: Callable[[str], bool] | None = None,
+    group_of: Mapping[str, int] | None = None,
 ) -> LaunchPlan:
-    """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring."""
+    """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring.
+    ``group_of``: the task group (a number) of each task of a ``LAUNCH_GROUP`` by its id;
+    a group's tasks are consecutive in ``tasks``, and launch all or none."""
     plan = LaunchPlan()
     fid = framework.id
     tasks = [t for t in tasks if t is not None]
@@ -149,51 +156,126 @@ def check_launch(
     for o in plan.offers:
         offered = offered + o.resources
     plan.offered = offered
-    left = offered
-    long_left = long_task_room(agent)
-    batch_ids: set[str] = set()
-    batch_executors: set[str] = set()
-    for task in tasks:
-        status = _check_task(task, framework, agent, batch_ids, batch_executors, limits, may_run_as)
-        if isinstance(status, TaskStatus):
-            plan.rejected.append(status)
+    budget = _Budget(offered, long_task_room(agent))
+
+    def consider(task: TaskInfo) -> None:
+        checked = _check_task(task, framework, agent, budget.ids, budget.executors, limits, may_run_as)
+        refusal = (
+            checked if isinstance(checked, TaskStatus) else budget.take(task, *checked, plan, fid, agent_id)
+        )
+        if refusal is not None:
+            plan.rejected.append(refusal)
+
+    for unit in _units(tasks, group_of or {}):
+        if isinstance(unit, TaskInfo):
+            consider(unit)
             continue
-        resources, executor_resources = status
+        # A task group launches whole or not at all (Mesos' LAUNCH_GROUP).
+        mark = budget.mark(plan)
+        for task in unit:
+            consider(task)
+        if len(plan.rejected) > mark.rejected:
+            budget.roll_back(mark, plan, fid, agent_id)
+    plan.used = budget.used
+    return plan
+
+
+def _units(tasks: list[TaskInfo], group_of: Mapping[str, int]) -> Iterator[TaskInfo | list[TaskInfo]]:
+    """``tasks`` one by one, but for each run of consecutive tasks of one group (two or
+    more), which comes as a list."""
+    i = 0
+    while i < len(tasks):
+        group = _group(tasks[i], group_of)
+        j = i + 1
+        while group is not None and j < len(tasks) and _group(tasks[j], group_of) == group:
+            j += 1
+        yield tasks[i] if j == i + 1 else tasks[i:j]
+        i = j
+
+
+def _group(task: TaskInfo, group_of: Mapping[str, int]) -> int | None:
+    return group_of.get(task.task_id) if group_of and isinstance(task.task_id, str) else None
+
+
+@dataclass(slots=True)
+class _Mark:
+    """Where a unit of :func:`check_launch` began, to undo it."""
+
+    left: Resources
+    long_left: Resources | None
+    used: Resources
+    accepted: int
+    rejected: int
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What is left of the offers (and of the agent's long-task room) as the tasks of one
+    launch take their share, and the task and executor ids the batch has used."""
+
+    left: Resources
+    long_left: Resources | None
+    used: Resources = field(default_factory=Resources)
+    ids: set[str] = field(default_factory=set)
+    executors: set[str] = field(default_factory=set)
+
+    def take(
+        self,
+        task: TaskInfo,
+        resources: Resources,
+        executor_resources: Resources | None,
+        plan: LaunchPlan,
+        fid: str,
+        agent_id: str,
+    ) -> TaskStatus | None:
+        """Accept ``task`` into ``plan`` if what it needs is left; else the status refusing it."""
         need = resources if executor_resources is None else resources + executor_resources
-        if not need.fits_in(left):
-            plan.rejected.append(
-                _reject(
+        if not need.fits_in(self.left):
+            return _reject(
+                task,
+                fid,
+                TaskState.TASK_ERROR,
+                INSUFFICIENT_RESOURCES,
+                "task needs more than is left of its offers: " + "; ".join(need.shortfall(self.left)),
+                agent_id,
+            )
+        if task.long is True and self.long_left is not None:
+            if not resources.fits_in(self.long_left):
+                return _reject(
                     task,
                     fid,
                     TaskState.TASK_ERROR,
-                    INSUFFICIENT_RESOURCES,
-                    "task needs more than is left of its offers: " + "; ".join(need.shortfall(left)),
+                    INSUFFICIENT_LONG_TASK_ROOM,
+                    "long task needs more than the agent's long-task room left: "
+                    + "; ".join(resources.shortfall(self.long_left)),
                     agent_id,
                 )
-            )
-            continue
-        if task.long is True and long_left is not None:
-            if not resources.fits_in(long_left):
-                plan.rejected.append(
-                    _reject(
-                        task,
-                        fid,
-                        TaskState.TASK_ERROR,
-                        INSUFFICIENT_LONG_TASK_ROOM,
-                        "long task needs more than the agent's long-task room left: "
-                        + "; ".join(resources.shortfall(long_left)),
-                        agent_id,
-                    )
-                )
-                continue
-            long_left = long_left - resources
-        left = left - need
-        plan.used = plan.used + need
-        batch_ids.add(task.task_id)
+            self.long_left = self.long_left - resources
+        self.left = self.left - need
+        self.used = self.used + need
+        self.ids.add(task.task_id)
         if executor_resources is not None:
-            batch_executors.add(task.executor.executor_id)
+            self.executors.add(task.executor.executor_id)
         plan.accepted.append(Accepted(task, resources, executor_resources))
-    return plan
+        return None
+
+    def mark(self, plan: LaunchPlan) -> _Mark:
+        return _Mark(self.left, self.long_left, self.used, len(plan.accepted), len(plan.rejected))
+
+    def roll_back(self, mark: _Mark, plan: LaunchPlan, fid: str, agent_id: str) -> None:
+        """A member of the task group begun at ``mark`` was refused: refuse the members
+        accepted since, giving back what they took, each saying which member and why."""
+        first = plan.rejected[mark.rejected]
+        why = f"another task of its group was refused ({first.task_id or 'no task_id'}: {first.message})"
+        undone = plan.accepted[mark.accepted :]
+        del plan.accepted[mark.accepted :]
+        self.left, self.long_left, self.used = mark.left, mark.long_left, mark.used
+        for accepted in undone:
+            self.ids.discard(accepted.task.task_id)
+            if accepted.executor_resources is not None:
+                self.executors.discard(accepted.task.executor.executor_id)
+            refusal = _reject(accepted.task, fid, TaskState.TASK_ERROR, TASK_GROUP_INVALID, why, agent_id)
+            plan.rejected.append(refusal)
 
 
 def _check_task(

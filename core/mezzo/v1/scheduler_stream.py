@@ -30,7 +30,6 @@ Contracts:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import time
@@ -41,7 +40,7 @@ import structlog
 
 from ..wire.ttypes import Offer, Resources, TaskStatus
 from . import translate
-from .recordio import frame
+from .event_buffer import EventBuffer
 
 log = structlog.get_logger("mezzo.v1", component="v1-scheduler")
 
@@ -76,7 +75,7 @@ def _contained(method: Method) -> Method:
     return contained  # type: ignore[return-value]
 
 
-class SchedulerStream:
+class SchedulerStream(EventBuffer):
     """One subscription; see the module docstring.
 
     ``master_info(address)`` makes the ``MasterInfo`` of ``SUBSCRIBED`` for the
@@ -95,6 +94,7 @@ class SchedulerStream:
         master_info: Callable[[str], dict[str, Any]],
         abort: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(MAX_BUFFERED_BYTES, abort)
         self.stream_id = stream_id
         self.peer = peer
         self.principal = principal
@@ -103,21 +103,11 @@ class SchedulerStream:
         self.role = role
         self.heartbeat_interval = heartbeat_interval
         self._master_info = master_info
-        self._abort = abort
-        """Drops the HTTP connection at once (a scheduler that stopped reading)."""
         self.tag: Any = None
         """Set by the master's service (``FrameworkTag``) once the framework is registered."""
         self.framework_id = ""
         """The framework this stream speaks for, once ``SUBSCRIBED`` was sent."""
         self.write_paused = False
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._waiter: asyncio.Future[None] | None = None
-        """What the handler awaits while no event is buffered (see :meth:`next_chunk`)."""
-        self.closing = False
-        """No more events: what is buffered is written, then the response ends."""
-        self.end_reason = ""
-        """Why the stream ended from the master's side ("" while it lasts, or when the client left)."""
         self.errors: list[str] = []
         """``ERROR`` messages sent before ``SUBSCRIBED`` (a few): a subscription refused
         says why in its HTTP answer."""
@@ -129,20 +119,9 @@ class SchedulerStream:
         """Always now: see "Alive while connected" in the module docstring."""
         return time.monotonic()
 
-    @property
-    def is_open(self) -> bool:
-        return not self.closing
-
     def remote(self, service: Any) -> SchedulerStream:
         """The stub of the scheduler's service: this stream (its methods below)."""
         return self
-
-    def close(self, reason: str = "") -> None:
-        """End the stream once what is buffered is written."""
-        if not self.closing:
-            self.closing = True
-            self.end_reason = reason
-            self._wake()
 
     # -- the Scheduler service, as v1 events -------------------------------------------
 
@@ -157,7 +136,7 @@ class SchedulerStream:
         self._subscribed(framework_id, master)
 
     def _subscribed(self, framework_id: str, master: str) -> None:
-        self._send(
+        self.send(
             "SUBSCRIBED",
             {
                 "framework_id": {"value": framework_id},
@@ -166,24 +145,24 @@ class SchedulerStream:
             },
         )
         # Mesos heartbeats at once after SUBSCRIBED, then every interval.
-        self._send("HEARTBEAT", None)
+        self.send("HEARTBEAT", None)
 
     @_contained
     def resource_offers(self, offers: list[Offer]) -> None:
         role = self.role
-        self._send("OFFERS", {"offers": [translate.offer(o, role) for o in offers]})
+        self.send("OFFERS", {"offers": [translate.offer(o, role) for o in offers]})
 
     @_contained
     def offer_rescinded(self, offer_id: str) -> None:
-        self._send("RESCIND", {"offer_id": {"value": offer_id}})
+        self.send("RESCIND", {"offer_id": {"value": offer_id}})
 
     @_contained
     def status_update(self, status: TaskStatus) -> None:
-        self._send("UPDATE", {"status": translate.task_status(status)})
+        self.send("UPDATE", {"status": translate.task_status(status)})
 
     @_contained
     def framework_message(self, agent_id: str, executor_id: str, data: bytes) -> None:
-        self._send(
+        self.send(
             "MESSAGE",
             {
                 "agent_id": {"value": agent_id},
@@ -194,11 +173,11 @@ class SchedulerStream:
 
     @_contained
     def agent_lost(self, agent_id: str) -> None:
-        self._send("FAILURE", {"agent_id": {"value": agent_id}})
+        self.send("FAILURE", {"agent_id": {"value": agent_id}})
 
     @_contained
     def executor_lost(self, agent_id: str, executor_id: str, exit_status: int) -> None:
-        self._send(
+        self.send(
             "FAILURE",
             {"agent_id": {"value": agent_id}, "executor_id": {"value": executor_id}, "status": exit_status},
         )
@@ -209,7 +188,7 @@ class SchedulerStream:
     def error(self, message: str) -> None:
         if not self.framework_id and len(self.errors) < 10:
             self.errors.append(message)  # kept only while subscribing, for its HTTP answer
-        self._send("ERROR", {"message": message})
+        self.send("ERROR", {"message": message})
 
     def not_leader(self, leader: str) -> None:
         where = f"the leader is {leader}" if leader else "no master leads yet"
@@ -217,55 +196,4 @@ class SchedulerStream:
         self.close("not the leader")
 
     def ping(self) -> None:
-        self._send("HEARTBEAT", None)
-
-    # -- the HTTP handler's side ----------------------------------------------------------
-
-    def _send(self, kind: str, payload: dict[str, Any] | None) -> None:
-        if self.closing:
-            return
-        record = frame(translate.event(kind, payload))
-        if self._buffered + len(record) > MAX_BUFFERED_BYTES:
-            self._chunks.clear()
-            self._buffered = 0
-            self.close(
-                f"more than {MAX_BUFFERED_BYTES >> 20} MiB of events unread: the scheduler is not reading"
-            )
-            if self._abort is not None:
-                self._abort()
-            return
-        self._chunks.append(record)
-        self._buffered += len(record)
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def heartbeat(self) -> None:
-        """What the handler sends after ``heartbeat_interval`` without an event."""
-        self._send("HEARTBEAT", None)
-
-    async def next_chunk(self, timeout: float) -> bytes | None:
-        """The events buffered since the last call, waiting up to ``timeout`` seconds
-        for one (``b""`` if none came); None once the stream is closing and drained."""
-        if not self._chunks and not self.closing:
-            # A bare future and a timer, not wait_for() on an Event: this runs once per
-            # event or two, and wait_for wraps every wait in a task of its own.
-            loop = asyncio.get_running_loop()
-            self._waiter = waiter = loop.create_future()
-            timer = loop.call_later(timeout, self._wake)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
-            if not self._chunks and not self.closing:
-                return b""
-        if not self._chunks:
-            return None if self.closing else b""
-        chunk = b"".join(self._chunks)
-        self._chunks.clear()
-        self._buffered = 0
-        return chunk
+        self.send("HEARTBEAT", None)

@@ -35,7 +35,7 @@ import binascii
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..resources import MAX_WIRE, SCALE, InvalidResources, Resources
@@ -141,6 +141,7 @@ REASONS: dict[str, str | None] = {
     # -- the master
     "reconciliation": "REASON_RECONCILIATION",
     "task_unauthorized": "REASON_TASK_UNAUTHORIZED",
+    "task_group_invalid": "REASON_TASK_GROUP_INVALID",  # another task of its group was refused
     # Offers unknown, rescinded or spanning agents: Mesos' "accepted offer that didn't
     # pass validation checks".
     "offer_unknown": "REASON_INVALID_OFFERS",
@@ -196,13 +197,15 @@ class BadCall(ValueError):
 
 @dataclass(frozen=True)
 class Call:
-    """A v1 ``scheduler::Call``: its ``type`` (not checked against the known ones: the
-    façade refuses those it does not serve), the top-level ``framework_id.value`` ("" if
-    absent) and the payload under the type's lower-cased key (``{}`` if absent)."""
+    """A v1 ``scheduler::Call`` (or ``executor::Call``): its ``type`` (not checked against
+    the known ones: the server refuses those it does not serve), the top-level
+    ``framework_id.value`` ("" if absent), the payload under the type's lower-cased key
+    (``{}`` if absent) and, for an executor's call, the top-level ``executor_id.value``."""
 
     type: str
     framework_id: str
     body: dict[str, Any]
+    executor_id: str = ""
 
 
 def parse_call(data: bytes) -> Call:
@@ -233,7 +236,12 @@ def parse_call(data: bytes) -> Call:
     key = kind.lower()
     # The payload's key is the type's; "type" itself cannot be one (a type "Type").
     payload = _object(call.get(key), key) if key != "type" else {}
-    return Call(kind, _id(call.get("framework_id"), "framework_id", required=False), payload)
+    return Call(
+        kind,
+        _id(call.get("framework_id"), "framework_id", required=False),
+        payload,
+        _id(call.get("executor_id"), "executor_id", required=False),
+    )
 
 
 # Strings are skipped whole (an unterminated one runs to the end, so that a failed match
@@ -523,27 +531,32 @@ class Accept:
     for what is left. ``invalid``: (task id or "", message) of each task that could not
     be decoded, to answer ``TASK_ERROR`` while the others launch. ``refused_operations``:
     a message for each operation mezzo does not have (anything but ``LAUNCH`` and
-    ``LAUNCH_GROUP``), naming its index and type."""
+    ``LAUNCH_GROUP``), naming its index and type. ``group_of``: the group (a number) of
+    each task of a ``LAUNCH_GROUP``, by its id; a group's tasks are consecutive in
+    ``tasks``, and the master launches them all or none."""
 
     offer_ids: list[str]
     tasks: list[TaskInfo]
     invalid: list[tuple[str, str]]
     refused_operations: list[str]
     filters: Filters
+    group_of: dict[str, int] = field(default_factory=dict)
 
 
 def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
     """An ``ACCEPT``'s payload as an :class:`Accept`. :class:`BadCall` only for the
     call's own structure (``offer_ids``, ``operations``, an operation's ``type``,
     ``launch``, ``task_group``, ``filters``); a task that cannot be decoded is
-    ``invalid`` instead. The tasks of a ``LAUNCH_GROUP`` are launched one by one, each
-    with the group's executor, and only if every one of them can be read (else all of
-    them are ``invalid``, as Mesos refuses the whole group)."""
+    ``invalid`` instead. The tasks of a ``LAUNCH_GROUP`` each carry the group's executor
+    and are kept only if every one of them can be read (else all of them are
+    ``invalid``, as Mesos refuses the whole group); ``group_of`` tells the master which
+    tasks make a group, which it then launches whole or not at all."""
     accept_ = _object(body, "accept")
     offer_ids = _ids(accept_.get("offer_ids"), "accept.offer_ids")
     tasks: list[TaskInfo] = []
     invalid: list[tuple[str, str]] = []
     refused: list[str] = []
+    group_of: dict[str, int] = {}
     for i, item in enumerate(_list(accept_.get("operations"), "accept.operations")):
         at = f"accept.operations[{i}]"
         operation = _object(item, at, required=True)
@@ -553,10 +566,12 @@ def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
             for j, task in enumerate(_list(launch.get("task_infos"), f"{at}.launch.task_infos")):
                 _decode_task(task, f"{at}.launch.task_infos[{j}]", framework_role, None, tasks, invalid)
         elif kind == "LAUNCH_GROUP":
-            _launch_group(operation, at, framework_role, tasks, invalid)
+            _launch_group(operation, at, framework_role, tasks, invalid, group_of, number=i)
         else:
             refused.append(f"{at}: mezzo does not do {_clip(kind)!r} operations (only LAUNCH, LAUNCH_GROUP)")
-    return Accept(offer_ids, tasks, invalid, refused, filters(accept_.get("filters"), "accept.filters"))
+    return Accept(
+        offer_ids, tasks, invalid, refused, filters(accept_.get("filters"), "accept.filters"), group_of
+    )
 
 
 accept = task_infos_of_accept
@@ -569,6 +584,9 @@ def _launch_group(
     framework_role: str,
     tasks: list[TaskInfo],
     invalid: list[tuple[str, str]],
+    group_of: dict[str, int],
+    *,
+    number: int,
 ) -> None:
     group = _object(operation.get("launch_group"), f"{at}.launch_group", required=True)
     task_group = _object(group.get("task_group"), f"{at}.launch_group.task_group", required=True)
@@ -591,6 +609,8 @@ def _launch_group(
         failed += [(t.task_id, why) for t in decoded]
         invalid += failed
     else:
+        for task in decoded:
+            group_of.setdefault(task.task_id, number)  # a repeated id: refused as a duplicate
         tasks += decoded
 
 
