@@ -4,7 +4,7 @@
 #   make test   install everything and run the whole test suite.
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml.
 #   make hooks-doc  regenerate docs/hooks.md after a change to core/mezzo/hookspecs.py.
-# Everything installs into ./.venv; system packages (thrift-compiler, zookeeper, lxc, chromium) via apt-get.
+# Everything installs into ./.venv; system packages (thrift-compiler, zookeeper, lxc, mpich, chromium) via apt-get.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -28,6 +28,9 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt tests/v
 	@command -v lxc-execute >/dev/null || { echo "installing lxc (apt-get; the lxc isolator's tests run real containers)"; \
 		apt-get install -y -q --no-install-recommends lxc >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends lxc >/dev/null); }
+	@{ command -v mpiexec >/dev/null && command -v mpicc >/dev/null; } || { echo "installing mpich (apt-get; the MPI example framework runs real MPI jobs)"; \
+		apt-get install -y -q --no-install-recommends mpich libmpich-dev >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends mpich libmpich-dev >/dev/null); }
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { echo "installing chromium and chromium-driver (apt-get; the web UI's tests run in a real browser)"; \
 		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null); }

@@ -7,6 +7,8 @@ the test's, which plays the agent.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -130,3 +132,49 @@ def test_addresses_as_the_kernel_prints_them():
     if sys.byteorder == "little":
         assert _column(ipaddress.ip_address("127.0.0.1"), 8080) == "0100007F:1F90"
         assert _column(ipaddress.ip_address("::1"), 1) == "00000000000000000000000001000000:0001"
+
+
+INSIDE_A_NAMESPACE = """
+import socket, subprocess, sys, time
+# A container with a network namespace of its own: a loopback connection inside it, to
+# the agent's port number, from a client port it prints.
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+srv = socket.socket()
+srv.bind(("127.0.0.1", int(sys.argv[1])))
+srv.listen()
+cli = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+accepted = srv.accept()  # kept: closed, the client socket would leave ESTABLISHED
+print(cli.getsockname()[1], flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stranger_beside_the_agent_is_not_taken_for_a_container_in_its_own_namespace(listener):
+    # Addresses name a socket only within one namespace. A container of the netbw isolator
+    # has its own: a socket in it may have the very addresses a stranger in the agent's
+    # namespace dials from; the stranger must still not pass for the container.
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare and ip to make a network namespace (CI runs as root)")
+    host, port = listener.getsockname()
+    leader = subprocess.Popen(
+        ["unshare", "-n", sys.executable, "-c", INSIDE_A_NAMESPACE, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert leader.stdout is not None
+        client_port = int(leader.stdout.readline())
+        stranger = socket.socket()
+        stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        stranger.bind(("127.0.0.1", client_port))
+        stranger.connect((host, port))
+        conn, _ = listener.accept()
+        # The container's own table holds a socket 127.0.0.1:client_port -> 127.0.0.1:port.
+        assert socket_inode(leader.pid, *ends(conn)) is not None
+        assert not connection_from_container(leader.pid, *ends(conn))
+        conn.close()
+        stranger.close()
+    finally:
+        leader.kill()
+        leader.wait()

@@ -36,14 +36,17 @@ class World:
             "ag-2": agent("ag-2"),
             "ag-off": agent("ag-off", connected=False),
         }
-        self.offers = {o.id: o for o in [
-            offer("O1", "fw-1", "ag-1", "cpus:2;mem:1024;ports:[31000-31010]"),
-            offer("O2", "fw-1", "ag-1", "cpus:1;mem:512"),
-            offer("O3", "fw-2", "ag-1", "cpus:4;mem:4096"),
-            offer("O4", "fw-1", "ag-2", "cpus:4;mem:4096"),
-            offer("O5", "fw-1", "ag-off", "cpus:4;mem:4096"),
-            offer("O6", "fw-1", "ag-gone", "cpus:4;mem:4096"),
-        ]}
+        self.offers = {
+            o.id: o
+            for o in [
+                offer("O1", "fw-1", "ag-1", "cpus:2;mem:1024;ports:[31000-31010]"),
+                offer("O2", "fw-1", "ag-1", "cpus:1;mem:512"),
+                offer("O3", "fw-2", "ag-1", "cpus:4;mem:4096"),
+                offer("O4", "fw-1", "ag-2", "cpus:4;mem:4096"),
+                offer("O5", "fw-1", "ag-off", "cpus:4;mem:4096"),
+                offer("O6", "fw-1", "ag-gone", "cpus:4;mem:4096"),
+            ]
+        }
 
     def check(self, offer_ids, tasks):
         return check_launch(self.fw, offer_ids, tasks, self.offers, self.agents)
@@ -54,8 +57,9 @@ def w() -> World:
     return World()
 
 
-def task(tid="t1", res="cpus:0.5;mem:128", agent_id="ag-1", command="sleep 10", executor=None,
-         resources=None):
+def task(
+    tid="t1", res="cpus:0.5;mem:128", agent_id="ag-1", command="sleep 10", executor=None, resources=None
+):
     return TaskInfo(
         task_id=tid,
         agent_id=agent_id,
@@ -66,9 +70,11 @@ def task(tid="t1", res="cpus:0.5;mem:128", agent_id="ag-1", command="sleep 10", 
 
 
 def executor(eid="ex-1", res="cpus:0.1;mem:32", command="./run-executor", resources=None):
-    return ExecutorInfo(executor_id=eid,
-                        command=CommandInfo(value=command) if command is not None else None,
-                        resources=resources if resources is not None else Resources.parse(res))
+    return ExecutorInfo(
+        executor_id=eid,
+        command=CommandInfo(value=command) if command is not None else None,
+        resources=resources if resources is not None else Resources.parse(res),
+    )
 
 
 def exec_task(tid, eid="ex-1", res="cpus:0.5;mem:128", **kw):
@@ -207,8 +213,9 @@ def test_empty_task_id(w, tid):
 
 def test_task_id_in_use_by_the_framework(w):
     t = task("running")
-    w.fw.tasks["running"] = TaskRecord(framework_id="fw-1", agent_id="ag-2", info=t,
-                                       resources=Resources(cpus=1))
+    w.fw.tasks["running"] = TaskRecord(
+        framework_id="fw-1", agent_id="ag-2", info=t, resources=Resources(cpus=1)
+    )
     s = launch_with_good_neighbour(w, task("running"))
     assert_error(s, "running", L.DUPLICATE_TASK_ID, "'running'")
 
@@ -285,7 +292,8 @@ def test_executor_with_insane_resources(w):
 def test_executor_already_on_agent_is_still_validated(w):
     w.agents["ag-1"].executors[("fw-1", "ex-1")] = executor()
     s = launch_with_good_neighbour(
-        w, exec_task("t1", resources=ttypes.Resources(ranges={"ports": [Range(5, 1)]})))
+        w, exec_task("t1", resources=ttypes.Resources(ranges={"ports": [Range(5, 1)]}))
+    )
     assert_error(s, "t1", L.INVALID_RESOURCES)
 
 
@@ -409,13 +417,13 @@ def test_the_default_limits_are_one_mebibyte_of_data_and_64_kib_of_metadata(w):
 # -- task groups (the v1 façade's LAUNCH_GROUP): whole or not at all -------------------------
 
 
-def check_groups(w, offer_ids, tasks, group_of):
-    return check_launch(w.fw, offer_ids, tasks, w.offers, w.agents, group_of=group_of)
+def check_groups(w, offer_ids, tasks, groups):
+    return check_launch(w.fw, offer_ids, tasks, w.offers, w.agents, groups=groups)
 
 
 def test_a_group_that_fits_launches_whole(w):
     tasks = [exec_task("g1", res="cpus:0.5"), exec_task("g2", res="cpus:0.5"), task("solo", "cpus:0.5")]
-    plan = check_groups(w, ["O1"], tasks, {"g1": 0, "g2": 0})
+    plan = check_groups(w, ["O1"], tasks, [(0, 2)])
     assert plan.rejected == []
     assert [x.task.task_id for x in plan.accepted] == ["g1", "g2", "solo"]
     assert plan.used == Resources(cpus=1.6, mem=32)  # the executor brings the only memory
@@ -425,7 +433,7 @@ def test_a_group_whose_members_together_do_not_fit_launches_none_and_gives_back_
     # 2 cpus offered: g1 (1 cpu + the 0.1 executor) fits, g2 (1 cpu) then does not. The
     # group is refused whole, and the task after it gets what g1 had taken.
     tasks = [exec_task("g1", res="cpus:1"), exec_task("g2", res="cpus:1"), task("after", "cpus:1.9")]
-    plan = check_groups(w, ["O1"], tasks, {"g1": 0, "g2": 0})
+    plan = check_groups(w, ["O1"], tasks, [(0, 2)])
     assert [x.task.task_id for x in plan.accepted] == ["after"]
     refused = {s.task_id: s for s in plan.rejected}
     assert set(refused) == {"g1", "g2"}
@@ -441,7 +449,7 @@ def test_one_invalid_member_refuses_its_group_not_the_next_one(w):
         exec_task("b1", eid="ex-3"),
         exec_task("b2", eid="ex-3"),
     ]
-    plan = check_groups(w, ["O1"], tasks, {"a1": 0, "a2": 0, "b1": 1, "b2": 1})
+    plan = check_groups(w, ["O1"], tasks, [(0, 2), (2, 4)])
     assert [x.task.task_id for x in plan.accepted] == ["b1", "b2"]
     assert {s.task_id for s in plan.rejected} == {"a1", "a2"}
     # a1's executor was given back: b's group brings its own, and nothing of a1's is counted.
@@ -452,7 +460,7 @@ def test_a_rolled_back_member_frees_its_executor(w):
     # a brought executor ex-9 to the agent, then its group was refused: the next task of
     # ex-9 brings it again (its resources are counted), as if a had never been.
     tasks = [exec_task("a", eid="ex-9"), exec_task("b", eid="ex-9", res="cpus:9"), exec_task("c", eid="ex-9")]
-    plan = check_groups(w, ["O1"], tasks, {"a": 0, "b": 0})
+    plan = check_groups(w, ["O1"], tasks, [(0, 2)])
     assert [x.task.task_id for x in plan.accepted] == ["c"]
     assert plan.accepted[0].executor_resources == Resources(cpus=0.1, mem=32)
     assert plan.used == Resources(cpus=0.6, mem=160)
@@ -463,3 +471,34 @@ def test_without_groups_each_task_stands_alone(w):
     plan = w.check(["O1"], tasks)
     assert [x.task.task_id for x in plan.accepted] == ["g1"]
     assert [s.task_id for s in plan.rejected] == ["g2"]
+
+
+def test_groups_are_slices_not_ids_so_a_repeated_id_cannot_join_or_split_a_group(w):
+    # LAUNCH_GROUP [a, b] then LAUNCH_GROUP [a, c]: the second a is a duplicate, so the
+    # second group is refused whole (c does not launch alone); the first launches.
+    tasks = [exec_task("a"), exec_task("b"), exec_task("a"), exec_task("c")]
+    plan = check_groups(w, ["O1"], tasks, [(0, 2), (2, 4)])
+    assert [x.task.task_id for x in plan.accepted] == ["a", "b"]
+    assert [(s.task_id, s.reason) for s in plan.rejected] == [
+        ("a", L.DUPLICATE_TASK_ID),
+        ("c", L.TASK_GROUP_INVALID),
+    ]
+    # LAUNCH [x] then LAUNCH_GROUP [x, y]: the plain x launches, the group is refused.
+    plan = check_groups(w, ["O1"], [task("x"), exec_task("x"), exec_task("y")], [(1, 3)])
+    assert [x.task.task_id for x in plan.accepted] == ["x"]
+    assert [(s.task_id, s.reason) for s in plan.rejected] == [
+        ("x", L.DUPLICATE_TASK_ID),
+        ("y", L.TASK_GROUP_INVALID),
+    ]
+    # LAUNCH_GROUP [x, y] then LAUNCH [x]: the group launches, the later x is the duplicate.
+    plan = check_groups(w, ["O1"], [exec_task("x"), exec_task("y"), task("x")], [(0, 2)])
+    assert [x.task.task_id for x in plan.accepted] == ["x", "y"]
+    assert [(s.task_id, s.reason) for s in plan.rejected] == [("x", L.DUPLICATE_TASK_ID)]
+
+
+@pytest.mark.parametrize("groups", [[(0, 9)], [(0, 2), (1, 3)], [(2, 1)], [(5, 7)]])
+def test_slices_out_of_shape_launch_no_task_twice(w, groups):
+    tasks = [task("a", "cpus:0.1"), task("b", "cpus:0.1"), task("c", "cpus:0.1")]
+    plan = check_groups(w, ["O1"], tasks, groups)
+    ids = [x.task.task_id for x in plan.accepted] + [s.task_id for s in plan.rejected]
+    assert sorted(ids) == ["a", "b", "c"]

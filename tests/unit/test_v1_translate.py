@@ -692,11 +692,11 @@ def test_accept_launch_group_runs_its_tasks_with_the_group_executor():
     group["launch_group"]["task_group"]["tasks"].pop()
     accept = translate.task_infos_of_accept({"offer_ids": [{"value": "o1"}], "operations": [group]})
     assert [t.task_id for t in accept.tasks] == ["g1", "g2"] and accept.invalid == []
-    assert accept.group_of == {"g1": 0, "g2": 0}  # the master launches them whole or not at all
+    assert accept.groups == [(0, 2)]  # the master launches them whole or not at all
     launch = {"type": "LAUNCH", "launch": {"task_infos": [command_task("solo")]}}
     twice = translate.task_infos_of_accept({"operations": [group, launch, group]})
     assert [t.task_id for t in twice.tasks] == ["g1", "g2", "solo", "g1", "g2"]
-    assert twice.group_of == {"g1": 0, "g2": 0}  # repeated ids: the master refuses them as duplicates
+    assert twice.groups == [(0, 2), (3, 5)]  # by position: repeated ids are the master's to refuse
     for task in accept.tasks:
         assert task.command is None  # a mezzo task has a command or an executor
         assert task.executor == ExecutorInfo(

@@ -15,6 +15,7 @@ import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -423,7 +424,7 @@ def test_a_stranger_cannot_update_or_message_for_a_running_executor(
     release = tmp_path / "release"
     w, fid, address = start_a_long_task(cluster, workload, release)
     status, text = post(address, update_call(fid, EXECUTOR_ID, "long", "TASK_FAILED"), JSON)
-    assert 400 <= status < 500, (status, text)
+    assert status == 403 and "not a process of executor" in text, (status, text)
     message = {
         "type": "MESSAGE",
         "framework_id": {"value": fid},
@@ -431,7 +432,19 @@ def test_a_stranger_cannot_update_or_message_for_a_running_executor(
         "message": {"data": base64.b64encode(b"forged").decode()},
     }
     status, text = post(address, message, JSON)
-    assert 400 <= status < 500, (status, text)
+    assert status == 403, (status, text)
+    # A refusal closes the connection: a stranger pays a connection per attempt.
+    body = json.dumps(message).encode()
+    with socket.create_connection(address, timeout=10) as raw:
+        raw.sendall(
+            b"POST /api/v1/executor HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        received = b""
+        while chunk := raw.recv(65536):  # until the agent closes its end
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 403 ") and b"Connection: close" in received, received[:300]
     the_executor_carried_on(w, cluster, release)
     assert not w.callbacks("message"), w.callbacks("message")
 

@@ -11,10 +11,14 @@ socket at the far end of a connection (its local address is the connection's pee
 remote one the agent's) must be held by a process of the container.
 
 The table read is the container leader's network namespace (a container with a
-network namespace of its own, from the ``netbw`` isolator, dials the agent from there);
-a connection through address translation is not recognised (the answer is then
-False: refused, never wrongly accepted). Cost: linear in the namespace's sockets, the
-host's processes and the container's open files, once per connection.
+network namespace of its own, from the ``netbw`` isolator, dials the agent from there).
+Addresses only name a socket within one namespace, so for such a container a connection
+whose far end is also listed in the agent's own namespace is refused: it comes from
+beside the agent, from the address and port some socket in the container happens to
+have. A connection through address translation is not recognised (the answer is then
+False: refused, never wrongly accepted). Cost: linear in the namespaces' sockets, the
+host's processes and the container's open files; the caller runs it off its event loop,
+once per connection.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ def connection_from_container(leader: int, peer: tuple[str, int], local: tuple[s
     """Whether the connection whose far end is ``peer`` and near end ``local`` (the
     agent's socket: ``getpeername()``, ``getsockname()``) is held at the far end by a
     process of the container led by ``leader``."""
+    if _namespace(leader) != _namespace(os.getpid()):
+        # Addresses name a socket only within one namespace: a stranger beside the agent
+        # may dial from the very address and port a socket in the container's namespace
+        # has. A connection whose far end is in the agent's own namespace is not the
+        # container's, whatever the container's table holds.
+        if socket_inode(os.getpid(), peer, local) is not None:
+            return False
     inode = socket_inode(leader, peer, local)
     if inode is None:
         return False
@@ -90,6 +101,14 @@ def _column(address: ipaddress.IPv4Address | ipaddress.IPv6Address | None, port:
     raw = address.packed
     words = "".join(f"{int.from_bytes(raw[i : i + 4], sys.byteorder):08X}" for i in range(0, len(raw), 4))
     return f"{words}:{port:04X}"
+
+
+def _namespace(pid: int) -> str:
+    """The network namespace ``pid`` is in (``net:[inode]``; "" if it cannot be read)."""
+    try:
+        return os.readlink(f"{posix.PROC}/{pid}/ns/net")
+    except OSError:
+        return ""
 
 
 def _holds(pid: int, wanted: str) -> bool:

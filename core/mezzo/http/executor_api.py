@@ -27,12 +27,14 @@ Bearer`` with the token the agent gave only that executor's process
 process of the executor's container (:mod:`mezzo.agent.peer_process`: how an unmodified
 pymesos executor, which sends no token, is known). A connection proven once is
 remembered for its later requests (its link's ``tag``, which also spares it the port's
-idle timeout). Anything else is ``403``, and the agent's log says who tried.
+idle timeout). Anything else is ``403`` and the connection closed; the agent's log says
+who tried (one line per 10 s at most, with a count of the others).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Protocol
 
 import structlog
@@ -48,6 +50,8 @@ log = structlog.get_logger("mezzo.http", component="v1-executor")
 PATH = "/api/v1/executor"
 MAX_CALL_BYTES = 1 << 20
 """Largest body of an executor's call (an UPDATE's ``data``, a SUBSCRIBE's updates)."""
+REFUSAL_LOG_SECONDS = 10.0
+"""At most one warning about refused callers per this many seconds."""
 HEARTBEAT_SECONDS = 30.0
 """A ``HEARTBEAT`` after this long without another event, so that neither end takes a
 quiet stream for a dead one."""
@@ -73,6 +77,7 @@ class ExecutorApi:
 
     def __init__(self, agent: ExecutorAgent) -> None:
         self._agent = agent
+        self._refusals = _RefusalLog()
 
     async def call(self, request: web.Request) -> web.StreamResponse:
         refusal = content_type_refusal(request)
@@ -95,17 +100,20 @@ class ExecutorApi:
                 404,
                 f"no executor {call.executor_id[:100]!r} of framework {call.framework_id[:100]!r} on this agent",
             )
-        problem = _not_the_executor(request, run)
+        problem = await _not_the_executor(request, run)
         if problem is not None:
-            log.warning(
-                "refusing a v1 executor call",
+            self._refusals.refused(
                 call=call.type[:40],
-                framework=call.framework_id,
-                executor=call.executor_id,
+                framework=call.framework_id[:100],
+                executor=call.executor_id[:100],
                 peer=_peer(request),
                 why=problem,
             )
-            return text_error(403, problem)
+            # Closed after the answer: each attempt of a stranger costs it a connection
+            # (which the port's bounds limit), not just a request.
+            refusal = text_error(403, problem)
+            refusal.force_close()
+            return refusal
         try:
             if call.type == "SUBSCRIBE":
                 return await self._subscribe(request, run, call)
@@ -156,9 +164,10 @@ class ExecutorApi:
         return response
 
 
-def _not_the_executor(request: web.Request, run: Any) -> str | None:
+async def _not_the_executor(request: web.Request, run: Any) -> str | None:
     """Why the caller is not ``run``'s executor, or None if it is (see "Who may call");
-    a connection found to be is remembered as the run's."""
+    a connection found to be is remembered as the run's. The look through ``/proc`` runs
+    on a worker thread: it reads every process's status on the host."""
     link: Any = request.transport
     if link is not None and getattr(link, "tag", None) is run:
         return None
@@ -172,7 +181,7 @@ def _not_the_executor(request: web.Request, run: Any) -> str | None:
         local = link.get_extra_info("sockname") if link is not None else None
         if running is None or not peer or not local:
             return f"executor {run.executor_id!r} has no process to call from yet"
-        if not connection_from_container(running.pid, peer[:2], local[:2]):
+        if not await asyncio.to_thread(connection_from_container, running.pid, peer[:2], local[:2]):
             return (
                 f"the caller is not a process of executor {run.executor_id!r} and sent no "
                 "Authorization: Bearer token of it (MESOS_EXECUTOR_AUTHENTICATION_TOKEN)"
@@ -180,6 +189,23 @@ def _not_the_executor(request: web.Request, run: Any) -> str | None:
     if link is not None and hasattr(link, "tag") and link.tag is None:
         link.tag = run
     return None
+
+
+class _RefusalLog:
+    """The refusals' warnings, at most one per :data:`REFUSAL_LOG_SECONDS` (with a count
+    of those not logged since): a stranger calling in a loop must not fill the log."""
+
+    def __init__(self) -> None:
+        self._last = -REFUSAL_LOG_SECONDS
+        self._unlogged = 0
+
+    def refused(self, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < REFUSAL_LOG_SECONDS:
+            self._unlogged += 1
+            return
+        log.warning("refusing a v1 executor call", refused_since_last=self._unlogged, **fields)
+        self._last, self._unlogged = now, 0
 
 
 def _peer(request: web.Request) -> str:

@@ -314,7 +314,7 @@ class SchedulerApi:
                 return f"accept: more than {MAX_TASKS_PER_CALL} tasks in one call; launch them in several"
             for task_id, message in accept.invalid:
                 stream.status_update(_task_error(task_id, message))
-            gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters, accept.group_of)
+            gate.launch_tasks(stream, fid, accept.offer_ids, accept.tasks, accept.filters, accept.groups)
         elif kind == "DECLINE":
             offer_ids, filters = translate.decline(body)
             gate.decline_offer(stream, fid, offer_ids, filters)

@@ -24,8 +24,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MAX_BODY_BYTES = 1 << 20
 """Largest request body read (aiohttp answers 413 past it): the API's bodies are forms."""
-KEEPALIVE_TIMEOUT = 75.0
-"""Seconds an idle keep-alive connection is kept (the port's idle timeout may close it sooner)."""
+KEEPALIVE_TIMEOUT = 365 * 86400.0
+"""aiohttp's own idle timeout of a keep-alive connection: in effect none. Which idle
+connections to close is the port's decision (``unregistered_idle_timeout``, applied by
+:mod:`.link`, which spares those it must: a v1 client's calls connection, an executor's;
+pymesos fails its driver on a keep-alive connection the server closed while quiet).
+aiohttp's timer would close those too: it starts when the connection opens and never
+sees the requests the fast lane answers."""
 SHUTDOWN_TIMEOUT = 1.0
 """Seconds the requests in flight get to finish when the daemon stops (then they are cancelled)."""
 

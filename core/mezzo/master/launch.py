@@ -28,7 +28,7 @@ Rules, in the order they are checked (the first failing rule answers the task):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..resources import InvalidResources, Resources, wire_ranges_problem
@@ -109,13 +109,14 @@ def check_launch(
     agents: dict[str, AgentRecord],
     limits: TaskLimits = TaskLimits(),
     may_run_as: Callable[[str], bool] | None = None,
-    group_of: Mapping[str, int] | None = None,
+    groups: Sequence[tuple[int, int]] = (),
 ) -> LaunchPlan:
     """Decide which of ``tasks`` launch on ``offer_ids``; see the module docstring.
-    ``group_of``: the task group (a number) of each task of a ``LAUNCH_GROUP`` by its id;
-    a group's tasks are consecutive in ``tasks``, and launch all or none."""
+    ``groups``: the task groups (``LAUNCH_GROUP``) as slices ``(start, end)`` of ``tasks``;
+    each launches all or none."""
     plan = LaunchPlan()
     fid = framework.id
+    units = list(_units(tasks, groups))  # before the Nones go: the slices count them
     tasks = [t for t in tasks if t is not None]
 
     def drop_all(reason: str, message: str) -> LaunchPlan:
@@ -166,7 +167,7 @@ def check_launch(
         if refusal is not None:
             plan.rejected.append(refusal)
 
-    for unit in _units(tasks, group_of or {}):
+    for unit in units:
         if isinstance(unit, TaskInfo):
             consider(unit)
             continue
@@ -180,21 +181,21 @@ def check_launch(
     return plan
 
 
-def _units(tasks: list[TaskInfo], group_of: Mapping[str, int]) -> Iterator[TaskInfo | list[TaskInfo]]:
-    """``tasks`` one by one, but for each run of consecutive tasks of one group (two or
-    more), which comes as a list."""
+def _units(tasks: list[TaskInfo], groups: Sequence[tuple[int, int]]) -> Iterator[TaskInfo | list[TaskInfo]]:
+    """``tasks`` one by one (Nones left out), but for each group of two or more, which
+    comes as a list. A slice that overlaps one before it, or reaches past the tasks, is
+    read as far as it is sane (the façade makes them; this only keeps a wrong one from
+    launching a task twice)."""
+    ends = {start: end for start, end in groups if end - start > 1}
     i = 0
     while i < len(tasks):
-        group = _group(tasks[i], group_of)
-        j = i + 1
-        while group is not None and j < len(tasks) and _group(tasks[j], group_of) == group:
-            j += 1
-        yield tasks[i] if j == i + 1 else tasks[i:j]
-        i = j
-
-
-def _group(task: TaskInfo, group_of: Mapping[str, int]) -> int | None:
-    return group_of.get(task.task_id) if group_of and isinstance(task.task_id, str) else None
+        end = min(ends.get(i, i + 1), len(tasks))
+        members = [t for t in tasks[i:end] if t is not None]
+        if end - i > 1:
+            yield members
+        elif members:
+            yield members[0]
+        i = max(end, i + 1)
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -343,16 +343,17 @@ class MasterService:
         offer_ids: list[str],
         tasks: list[TaskInfo],
         filters: Filters | None,
-        group_of: Mapping[str, int] | None = None,
+        groups: Sequence[tuple[int, int]] = (),
     ) -> None:
-        """``group_of``: the v1 façade's task groups (``LAUNCH_GROUP``), which launch
-        whole or not at all (:func:`~.launch.check_launch`); Thrift frameworks have none."""
+        """``groups``: the v1 façade's task groups (``LAUNCH_GROUP``), slices of ``tasks``
+        which launch whole or not at all (:func:`~.launch.check_launch`); Thrift
+        frameworks have none."""
         record = self._framework_of(conn, framework_id, "launch_tasks")
         if record is None:
             return
         # On stale offers, every task is answered TASK_DROPPED: a token each.
         if _answers_offers(record, offer_ids) or self._within_rate(conn, record, "launch_tasks", len(tasks)):
-            self.tasks.launch(record, offer_ids, tasks, filters, group_of)
+            self.tasks.launch(record, offer_ids, tasks, filters, groups)
 
     def decline_offer(
         self, conn: Any, framework_id: str, offer_ids: list[str], filters: Filters | None

@@ -12,7 +12,7 @@ Callers (:mod:`.service`) have checked who is calling.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,10 +64,10 @@ class TaskLifecycle:
         offer_ids: list[str],
         tasks: list[TaskInfo],
         filters: Filters | None,
-        group_of: Mapping[str, int] | None = None,
+        groups: Sequence[tuple[int, int]] = (),
     ) -> None:
         """The framework answered ``offer_ids`` with ``tasks`` (the paper's replyToOffer);
-        ``group_of``: its task groups (:func:`~.launch.check_launch`)."""
+        ``groups``: its task groups (:func:`~.launch.check_launch`)."""
         state = self.state
         plan = launch_rules.check_launch(
             record,
@@ -77,7 +77,7 @@ class TaskLifecycle:
             state.agents,
             self.limits,
             self._may_run_as(record),
-            group_of,
+            groups,
         )
         scheduler = state.outbox.scheduler(record.conn)
         for status in plan.rejected:

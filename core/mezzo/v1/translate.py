@@ -531,16 +531,16 @@ class Accept:
     for what is left. ``invalid``: (task id or "", message) of each task that could not
     be decoded, to answer ``TASK_ERROR`` while the others launch. ``refused_operations``:
     a message for each operation mezzo does not have (anything but ``LAUNCH`` and
-    ``LAUNCH_GROUP``), naming its index and type. ``group_of``: the group (a number) of
-    each task of a ``LAUNCH_GROUP``, by its id; a group's tasks are consecutive in
-    ``tasks``, and the master launches them all or none."""
+    ``LAUNCH_GROUP``), naming its index and type. ``groups``: where each ``LAUNCH_GROUP``'s
+    tasks are in ``tasks``, as ``(start, end)`` (a slice), which the master launches all
+    or none."""
 
     offer_ids: list[str]
     tasks: list[TaskInfo]
     invalid: list[tuple[str, str]]
     refused_operations: list[str]
     filters: Filters
-    group_of: dict[str, int] = field(default_factory=dict)
+    groups: list[tuple[int, int]] = field(default_factory=list)
 
 
 def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
@@ -549,14 +549,14 @@ def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
     ``launch``, ``task_group``, ``filters``); a task that cannot be decoded is
     ``invalid`` instead. The tasks of a ``LAUNCH_GROUP`` each carry the group's executor
     and are kept only if every one of them can be read (else all of them are
-    ``invalid``, as Mesos refuses the whole group); ``group_of`` tells the master which
+    ``invalid``, as Mesos refuses the whole group); ``groups`` tells the master which
     tasks make a group, which it then launches whole or not at all."""
     accept_ = _object(body, "accept")
     offer_ids = _ids(accept_.get("offer_ids"), "accept.offer_ids")
     tasks: list[TaskInfo] = []
     invalid: list[tuple[str, str]] = []
     refused: list[str] = []
-    group_of: dict[str, int] = {}
+    groups: list[tuple[int, int]] = []
     for i, item in enumerate(_list(accept_.get("operations"), "accept.operations")):
         at = f"accept.operations[{i}]"
         operation = _object(item, at, required=True)
@@ -566,11 +566,11 @@ def task_infos_of_accept(body: Any, framework_role: str = "*") -> Accept:
             for j, task in enumerate(_list(launch.get("task_infos"), f"{at}.launch.task_infos")):
                 _decode_task(task, f"{at}.launch.task_infos[{j}]", framework_role, None, tasks, invalid)
         elif kind == "LAUNCH_GROUP":
-            _launch_group(operation, at, framework_role, tasks, invalid, group_of, number=i)
+            _launch_group(operation, at, framework_role, tasks, invalid, groups)
         else:
             refused.append(f"{at}: mezzo does not do {_clip(kind)!r} operations (only LAUNCH, LAUNCH_GROUP)")
     return Accept(
-        offer_ids, tasks, invalid, refused, filters(accept_.get("filters"), "accept.filters"), group_of
+        offer_ids, tasks, invalid, refused, filters(accept_.get("filters"), "accept.filters"), groups
     )
 
 
@@ -584,9 +584,7 @@ def _launch_group(
     framework_role: str,
     tasks: list[TaskInfo],
     invalid: list[tuple[str, str]],
-    group_of: dict[str, int],
-    *,
-    number: int,
+    groups: list[tuple[int, int]],
 ) -> None:
     group = _object(operation.get("launch_group"), f"{at}.launch_group", required=True)
     task_group = _object(group.get("task_group"), f"{at}.launch_group.task_group", required=True)
@@ -609,8 +607,7 @@ def _launch_group(
         failed += [(t.task_id, why) for t in decoded]
         invalid += failed
     else:
-        for task in decoded:
-            group_of.setdefault(task.task_id, number)  # a repeated id: refused as a duplicate
+        groups.append((len(tasks), len(tasks) + len(decoded)))
         tasks += decoded
 
 

@@ -110,7 +110,10 @@ class NetBandwidthIsolator(Isolator):
         }
         container.launch.preexec.append(self.networks.entering(net.fd))
         if endpoint:
-            container.launch.env["MEZZO_AGENT_ENDPOINT"] = agent_endpoint_inside(endpoint, net.gateway)
+            inside = agent_endpoint_inside(endpoint, net.gateway)
+            container.launch.env["MEZZO_AGENT_ENDPOINT"] = inside
+            if "MESOS_AGENT_ENDPOINT" in container.launch.env:  # an executor written for Mesos reads this one
+                container.launch.env["MESOS_AGENT_ENDPOINT"] = inside
         log.debug(
             "container network ready",
             container=container.container_id,

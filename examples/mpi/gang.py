@@ -1,0 +1,118 @@
+"""Gathering offers until an MPI job's ranks all fit: the gang.
+
+Pure logic with an injectable clock, so every rule is testable on its own: which
+offers are held, when the gang is complete, how its ranks are placed, when it has
+waited too long and for how long what it gives back is refused.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mezzo import Offer, Resources
+
+BACKOFF_MAX = 60.0
+"""The longest a gang that gave up refuses what it held (seconds)."""
+
+
+def ranks_in(resources: Resources, per_rank: Resources) -> int:
+    """How many ranks of ``per_rank`` fit in ``resources``."""
+    count = 0
+    left = resources
+    while per_rank.fits_in(left):
+        left = left - per_rank
+        count += 1
+    return count
+
+
+@dataclass
+class Gang:
+    """The offers held for one job of ``ranks`` ranks of ``per_rank`` each.
+
+    ``hold_timeout``: seconds from the first offer held to giving up (:meth:`expired`);
+    ``rng`` and ``clock`` are for the tests."""
+
+    ranks: int
+    per_rank: Resources
+    hold_timeout: float
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.monotonic
+    held: dict[str, Offer] = field(default_factory=dict)
+    """Offers held, by id, in the order they came."""
+    since: float | None = None
+    """When the first offer now held came (None: none held)."""
+    tries: int = 0
+    """How many times the gang gave up."""
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise ValueError(f"an MPI job has at least one rank, not {self.ranks}")
+        if not self.per_rank:
+            raise ValueError("a rank needs some resources (cpus, mem)")
+
+    def hold(self, offer: Offer) -> bool:
+        """Hold ``offer`` if a rank fits in it; False if none does (decline it)."""
+        if ranks_in(Resources.of(offer.resources), self.per_rank) == 0:
+            return False
+        if not self.held:
+            self.since = self.clock()
+        self.held[offer.offer_id] = offer
+        return True
+
+    def rescinded(self, offer_id: str) -> None:
+        """The master took an offer back."""
+        self.held.pop(offer_id, None)
+        if not self.held:
+            self.since = None
+
+    @property
+    def slots(self) -> int:
+        """Ranks that fit in the offers held."""
+        return sum(ranks_in(Resources.of(o.resources), self.per_rank) for o in self.held.values())
+
+    @property
+    def complete(self) -> bool:
+        return self.slots >= self.ranks
+
+    def placement(self) -> list[tuple[Offer, int]]:
+        """Ranks per offer, filling the offers in the order they came: rank 0 goes on the
+        first offer (same-host ranks talk through shared memory). Only the offers that
+        get a rank are listed; call when :attr:`complete`."""
+        placed: list[tuple[Offer, int]] = []
+        left = self.ranks
+        for offer in self.held.values():
+            if left == 0:
+                break
+            count = min(left, ranks_in(Resources.of(offer.resources), self.per_rank))
+            placed.append((offer, count))
+            left -= count
+        if left:
+            raise ValueError(f"the offers held fit {self.ranks - left} of {self.ranks} ranks")
+        return placed
+
+    def expired(self) -> bool:
+        """Whether the gang has held offers for ``hold_timeout`` without completing."""
+        return self.since is not None and not self.complete and self.clock() - self.since >= self.hold_timeout
+
+    def give_up(self) -> tuple[list[str], float]:
+        """Let go of everything held: the offer ids to decline and how long to refuse
+        them, random in [1, 2) times ``hold_timeout`` doubled for each earlier try (at
+        most :data:`BACKOFF_MAX`), so that two gangs stop colliding."""
+        ids = list(self.held)
+        self.held.clear()
+        self.since = None
+        backoff = min(BACKOFF_MAX, self.hold_timeout * (2**self.tries) * self.rng.uniform(1.0, 2.0))
+        self.tries += 1
+        return ids, backoff
+
+    def take(self) -> tuple[list[tuple[Offer, int]], list[str]]:
+        """The placement and the held offers it does not use (to decline); empties the gang."""
+        placed = self.placement()
+        used = {o.offer_id for o, _ in placed}
+        unused = [oid for oid in self.held if oid not in used]
+        self.held.clear()
+        self.since = None
+        return placed, unused
