@@ -1,0 +1,309 @@
+"""The schedulers: one job of logistic regression, iterated, in either of two ways.
+
+Both run ``iterations`` iterations over the same partitions; an iteration is one task
+per partition, each answering the gradient over its partition, and the weights move by
+their sum before the next iteration starts. They differ in where the data lives:
+
+- :class:`CachedScheduler` (Spark's way, the paper's §6.4): tasks run on a long-lived
+  executor per agent (:mod:`.executor`), which parses a partition once and keeps it in
+  memory. Tasks go to the executor that holds their partition, by *delay scheduling*:
+  an offer from another agent is passed up for up to ``delay`` seconds, then taken
+  (that executor then loads the partition). When an executor is lost, what it held
+  is forgotten and its partitions are loaded again elsewhere, from their source.
+- :class:`MapReduceScheduler` (Hadoop's way): every iteration is a fresh set of command
+  tasks (:mod:`.task`), each reading and parsing its partition from disk again.
+
+Gradients are summed in partition order, so both give the same weights, bit for bit.
+Callbacks run on the driver thread; :attr:`IterativeScheduler.done` is set at the end
+and :attr:`IterativeScheduler.result` says how it went.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+import mezzo
+from mezzo import CommandInfo, ExecutorInfo, Filters, Offer, Resources, TaskInfo, TaskState, TaskStatus
+
+from .data import Partition
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""Where ``examples`` is importable from (the tasks and executors get it as PYTHONPATH)."""
+MAX_ATTEMPTS = 3
+"""Tries of one partition's task in one iteration before the job fails."""
+STEP = 1.0
+"""The gradient step, over the number of points."""
+
+
+@dataclass
+class Result:
+    ok: bool
+    message: str
+    weights: list[float] = field(default_factory=list)
+    iteration_seconds: list[float] = field(default_factory=list)
+    """Wall time of each iteration, from its first launch to its last gradient."""
+    cached_answers: int = 0
+    """Tasks answered from an executor's memory (:class:`CachedScheduler`)."""
+    local_launches: int = 0
+    remote_launches: int = 0
+    reloads: int = 0
+    """Partitions loaded again after their executor was lost."""
+
+
+class IterativeScheduler(mezzo.Scheduler):
+    """What both ways share: the iterations, the gradients, the weights, retries."""
+
+    def __init__(self, partitions: list[Partition], iterations: int, per_task: Resources) -> None:
+        self.partitions = partitions
+        self.iterations = iterations
+        self.per_task = per_task
+        self.points = sum(p.rows for p in partitions)
+        self.weights = np.zeros(partitions[0].dims)
+        self.iteration = 0
+        self.pending: dict[int, float] = {}
+        """Partition -> when its task of this iteration became pending."""
+        self.running: dict[str, int] = {}
+        """Task id -> partition."""
+        self.gradients: dict[int, np.ndarray] = {}
+        self.attempts: dict[int, int] = {}
+        self.started_at = 0.0
+        self.result = Result(ok=False, message="not run")
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self._begin()
+
+    def _begin(self) -> None:
+        now = time.monotonic()
+        self.pending = {p.index: now for p in self.partitions}
+        self.gradients = {}
+        self.attempts = {}
+        self.started_at = now
+
+    def task_spec(self, part: Partition) -> bytes:
+        return json.dumps({"partition": asdict(part), "weights": self.weights.tolist()}).encode()
+
+    def task_id(self, part: int) -> str:
+        attempt = self.attempts.get(part, 0)
+        return f"it{self.iteration}-p{part}-a{attempt}"
+
+    def slots(self, offer: Offer, extra: Resources | None = None) -> int:
+        left = Resources.of(offer.resources)
+        if extra is not None:
+            if not extra.fits_in(left):
+                return 0
+            left = left - extra
+        count = 0
+        while self.per_task.fits_in(left):
+            left = left - self.per_task
+            count += 1
+        return count
+
+    # -- answers ---------------------------------------------------------------------
+
+    def status_update(self, driver, status: TaskStatus):
+        with self.lock:
+            part = self.running.get(status.task_id)
+            if part is None or not mezzo.is_terminal(status.state):
+                return
+            del self.running[status.task_id]
+            if status.state == TaskState.TASK_FINISHED:
+                try:
+                    answer = json.loads(status.data or b"")
+                    self.gradients[part] = np.asarray(answer["gradient"], dtype=float)
+                except (ValueError, KeyError, TypeError) as exc:
+                    self._retry(driver, part, f"unreadable answer: {exc}")
+                    return
+                self.answered(status, part, answer)
+                if len(self.gradients) == len(self.partitions):
+                    self._next(driver)
+            else:
+                self._retry(driver, part, f"{mezzo.state_name(status.state)}: {status.message}")
+
+    def answered(self, status: TaskStatus, part: int, answer: dict) -> None:
+        """A partition's gradient came (subclasses count what they care about)."""
+
+    def lost_partition(self, part: int) -> None:
+        """A partition's task failed (subclasses forget where it was)."""
+
+    def _retry(self, driver, part: int, why: str) -> None:
+        self.lost_partition(part)
+        self.attempts[part] = self.attempts.get(part, 0) + 1
+        if self.attempts[part] >= MAX_ATTEMPTS:
+            self._finish(
+                driver,
+                False,
+                f"partition {part} failed {MAX_ATTEMPTS} times in iteration {self.iteration}: {why}",
+            )
+            return
+        self.pending[part] = time.monotonic()
+        driver.set_needs_offers(True)
+
+    def _next(self, driver) -> None:
+        total = sum((self.gradients[p.index] for p in self.partitions), np.zeros_like(self.weights))
+        self.weights = self.weights - STEP * total / self.points
+        self.result.iteration_seconds.append(time.monotonic() - self.started_at)
+        self.iteration += 1
+        if self.iteration == self.iterations:
+            self._finish(driver, True, f"{self.iterations} iterations")
+            return
+        self._begin()
+        driver.set_needs_offers(True)
+
+    def _finish(self, driver, ok: bool, message: str) -> None:
+        if self.done.is_set():
+            return
+        self.result.ok, self.result.message = ok, message
+        self.result.weights = self.weights.tolist()
+        driver.set_needs_offers(False)
+        self.done.set()
+
+    def error(self, driver, message):
+        with self.lock:
+            self._finish(driver, False, f"the master refused the framework: {message}")
+
+    def _env(self) -> dict[str, str]:
+        return {"PYTHONPATH": REPO_ROOT, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+class MapReduceScheduler(IterativeScheduler):
+    """Every iteration a fresh set of command tasks, each parsing its partition again."""
+
+    def resource_offers(self, driver, offers: list[Offer]):
+        with self.lock:
+            for offer in offers:
+                tasks = []
+                for _ in range(self.slots(offer)):
+                    if not self.pending or self.done.is_set():
+                        break
+                    part = min(self.pending)
+                    del self.pending[part]
+                    tasks.append(self._task(offer, part))
+                if tasks:
+                    driver.launch_tasks(offer, tasks, Filters(refuse_seconds=1))
+                else:
+                    driver.decline_offer(offer, Filters(refuse_seconds=1))
+            if not self.pending:
+                driver.set_needs_offers(False)
+
+    def _task(self, offer: Offer, part: int) -> TaskInfo:
+        task_id = self.task_id(part)
+        self.running[task_id] = part
+        spec = self.task_spec(self.partitions[part]).decode()
+        return TaskInfo(
+            task_id=task_id,
+            agent_id=offer.agent_id,
+            resources=self.per_task,
+            command=CommandInfo(
+                value=sys.executable,
+                arguments=["-m", "examples.iterative.task", spec],
+                shell=False,
+                environment=self._env(),
+            ),
+        )
+
+
+class CachedScheduler(IterativeScheduler):
+    """Tasks on caching executors, placed by delay scheduling; see the module docstring."""
+
+    EXECUTOR_ID = "iterative-cache"
+
+    def __init__(
+        self,
+        partitions: list[Partition],
+        iterations: int,
+        per_task: Resources,
+        *,
+        executor_resources: Resources,
+        delay: float = 1.0,
+    ) -> None:
+        super().__init__(partitions, iterations, per_task)
+        self.executor = ExecutorInfo(
+            executor_id=self.EXECUTOR_ID,
+            name="iterative cache",
+            command=CommandInfo(
+                value=f"{sys.executable} -m examples.iterative.executor", environment=self._env()
+            ),
+            resources=executor_resources,
+        )
+        self.delay = delay
+        self.cached_on: dict[int, str] = {}
+        """Partition -> the agent whose executor holds it (as far as we know)."""
+        self.placed_on: dict[str, str] = {}
+        """Task id -> agent."""
+
+    def resource_offers(self, driver, offers: list[Offer]):
+        with self.lock:
+            now = time.monotonic()
+            for offer in offers:
+                running = self.EXECUTOR_ID in (offer.executor_ids or ())
+                slots = self.slots(offer, None if running else Resources.of(self.executor.resources))
+                chosen = self._choose(offer.agent_id, slots, now)
+                if chosen:
+                    tasks = [self._task(offer, part) for part in chosen]
+                    driver.launch_tasks(offer, tasks, Filters(refuse_seconds=0.2))
+                else:
+                    # Passed up (waiting for the partitions' own agents) or nothing left:
+                    # a short filter, so that the offer comes back once the delay is over.
+                    driver.decline_offer(offer, Filters(refuse_seconds=min(self.delay, 1.0) / 2))
+            if not self.pending:
+                driver.set_needs_offers(False)
+
+    def _choose(self, agent: str, slots: int, now: float) -> list[int]:
+        """Up to ``slots`` pending partitions for ``agent``: those it holds first, then
+        those held nowhere, then, once they have waited ``delay``, those held elsewhere."""
+        if slots <= 0 or self.done.is_set():
+            return []
+        local = [p for p in self.pending if self.cached_on.get(p) == agent]
+        homeless = [p for p in self.pending if p not in self.cached_on]
+        waited = [
+            p
+            for p, since in self.pending.items()
+            if p in self.cached_on and p not in local and now - since >= self.delay
+        ]
+        chosen = (sorted(local) + sorted(homeless) + sorted(waited))[:slots]
+        for part in chosen:
+            if self.cached_on.get(part) == agent:
+                self.result.local_launches += 1
+            else:
+                self.result.remote_launches += 1
+            del self.pending[part]
+        return chosen
+
+    def _task(self, offer: Offer, part: int) -> TaskInfo:
+        task_id = self.task_id(part)
+        self.running[task_id] = part
+        self.placed_on[task_id] = offer.agent_id
+        return TaskInfo(
+            task_id=task_id,
+            agent_id=offer.agent_id,
+            resources=self.per_task,
+            executor=self.executor,
+            data=self.task_spec(self.partitions[part]),
+        )
+
+    def answered(self, status: TaskStatus, part: int, answer: dict) -> None:
+        agent = self.placed_on.pop(status.task_id, None)
+        if agent is not None:
+            self.cached_on[part] = agent
+        if answer.get("cached"):
+            self.result.cached_answers += 1
+
+    def lost_partition(self, part: int) -> None:
+        self.cached_on.pop(part, None)
+
+    def executor_lost(self, driver, agent_id, executor_id, status):
+        with self.lock:
+            gone = [p for p, agent in self.cached_on.items() if agent == agent_id]
+            for part in gone:
+                del self.cached_on[part]
+            self.result.reloads += len(gone)
+
+    def agent_lost(self, driver, agent_id):
+        self.executor_lost(driver, agent_id, self.EXECUTOR_ID, -1)
