@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     last = speedups[-1]
     lines = [
-        f"Machine: {machine()}. Command: `python bench/fig9.py{' --quick' if args.quick else ''}`. "
+        f"Machine: {machine()}. Command: `{' '.join(['python', 'bench/fig9.py', *(argv if argv is not None else sys.argv[1:])])}`. "
         f"Logistic regression (`examples/iterative`) over {size:.0f} MB of text in {args.partitions} partitions "
         f"({args.partitions * args.rows:,} points of {args.dims} coordinates), on {args.agents} agents of "
         f"{args.agent_cpus:g} cpus (tasks of {args.task_cpus:g} cpu) on this machine. Running time for k iterations "

@@ -48,13 +48,15 @@ class Result:
     message: str
     weights: list[float] = field(default_factory=list)
     iteration_seconds: list[float] = field(default_factory=list)
-    """Wall time of each iteration, from its first launch to its last gradient."""
+    """Wall time of each iteration: the first from the scheduler's start (registering,
+    starting executors), each later one from the previous one's end to its last gradient."""
     cached_answers: int = 0
     """Tasks answered from an executor's memory (:class:`CachedScheduler`)."""
     local_launches: int = 0
     remote_launches: int = 0
     reloads: int = 0
-    """Partitions loaded again after their executor was lost."""
+    """Partitions loaded again after the first iteration (their executor was lost, or
+    delay scheduling moved them)."""
 
 
 class IterativeScheduler(mezzo.Scheduler):
@@ -118,22 +120,24 @@ class IterativeScheduler(mezzo.Scheduler):
                     answer = json.loads(status.data or b"")
                     self.gradients[part] = np.asarray(answer["gradient"], dtype=float)
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._retry(driver, part, f"unreadable answer: {exc}")
+                    self._retry(driver, part, status.task_id, f"unreadable answer: {exc}")
                     return
                 self.answered(status, part, answer)
                 if len(self.gradients) == len(self.partitions):
                     self._next(driver)
             else:
-                self._retry(driver, part, f"{mezzo.state_name(status.state)}: {status.message}")
+                self._retry(
+                    driver, part, status.task_id, f"{mezzo.state_name(status.state)}: {status.message}"
+                )
 
     def answered(self, status: TaskStatus, part: int, answer: dict) -> None:
         """A partition's gradient came (subclasses count what they care about)."""
 
-    def lost_partition(self, part: int) -> None:
-        """A partition's task failed (subclasses forget where it was)."""
+    def lost_partition(self, part: int, task_id: str) -> None:
+        """A partition's task ``task_id`` failed (subclasses forget where it was)."""
 
-    def _retry(self, driver, part: int, why: str) -> None:
-        self.lost_partition(part)
+    def _retry(self, driver, part: int, task_id: str, why: str) -> None:
+        self.lost_partition(part, task_id)
         self.attempts[part] = self.attempts.get(part, 0) + 1
         if self.attempts[part] >= MAX_ATTEMPTS:
             self._finish(
@@ -279,7 +283,7 @@ class CachedScheduler(IterativeScheduler):
     def _task(self, offer: Offer, part: int) -> TaskInfo:
         task_id = self.task_id(part)
         self.running[task_id] = part
-        self.placed_on[task_id] = offer.agent_id
+        self.placed_on[task_id] = offer.agent_id  # popped when it answers or fails
         return TaskInfo(
             task_id=task_id,
             agent_id=offer.agent_id,
@@ -294,16 +298,17 @@ class CachedScheduler(IterativeScheduler):
             self.cached_on[part] = agent
         if answer.get("cached"):
             self.result.cached_answers += 1
+        elif self.iteration > 0:
+            self.result.reloads += 1  # loaded after the first iteration: its executor was lost
 
-    def lost_partition(self, part: int) -> None:
+    def lost_partition(self, part: int, task_id: str) -> None:
         self.cached_on.pop(part, None)
+        self.placed_on.pop(task_id, None)
 
     def executor_lost(self, driver, agent_id, executor_id, status):
         with self.lock:
-            gone = [p for p, agent in self.cached_on.items() if agent == agent_id]
-            for part in gone:
+            for part in [p for p, agent in self.cached_on.items() if agent == agent_id]:
                 del self.cached_on[part]
-            self.result.reloads += len(gone)
 
     def agent_lost(self, driver, agent_id):
         self.executor_lost(driver, agent_id, self.EXECUTOR_ID, -1)

@@ -9,9 +9,9 @@ and run the ranks; the job's output comes out of mpiexec.
 
 Two jobs gathering at once could each hold part of what both need and wait forever.
 A gang that is not complete within ``hold_timeout`` seconds gives back everything it
-holds, refusing it for a random time that grows with each try (randomised backoff, as
-on an Ethernet): sooner or later one job finds the resources free while the other is
-refusing them, and takes them all.
+holds and stops taking offers for a random time that grows with each try (randomised
+backoff, as on an Ethernet), then asks for offers again: sooner or later one job finds
+the resources free while the other is away, and takes them all.
 
 A rank that ends other than ``TASK_FINISHED`` (its process died, its agent was lost,
 the master refused it) fails the job: the other ranks are killed and mpiexec stopped.

@@ -21,6 +21,9 @@ from mezzo import FrameworkInfo, Resources
 
 from .scheduler import MpiScheduler
 
+OFFER_TIMEOUT = 30.0
+"""The master's default ``offer_timeout``: a gang must give up before its offers are rescinded."""
+
 
 def local_address(master: str) -> str:
     """The address of this machine that the master's host reaches it at: the source
@@ -65,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give the MPI program after --")
     if args.ranks < 1:
         p.error(f"--ranks: at least 1, not {args.ranks}")
-    if not args.cpus > 0 or not args.mem >= 0 or args.hold_timeout <= 0:
-        p.error("--cpus must be > 0, --mem >= 0 and --hold-timeout > 0")
+    if not args.cpus > 0 or not args.mem >= 0:
+        p.error("--cpus must be > 0 and --mem >= 0")
+    if not 0 < args.hold_timeout < OFFER_TIMEOUT:
+        p.error(
+            f"--hold-timeout: between 0 and {OFFER_TIMEOUT:g} s, the master's default offer_timeout "
+            f"(held offers are rescinded then), not {args.hold_timeout:g}"
+        )
     if shutil.which("mpiexec") is None:
         print("mpiexec not found: install MPICH (Debian: apt-get install mpich)", file=sys.stderr)
         return 2
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         ended = False
     driver.stop()  # unregisters: the master kills any rank still running
     driver.join()
+    if scheduler.stopper is not None:
+        scheduler.stopper.join()
     outcome = scheduler.outcome
     if not ended or outcome is None:
         if scheduler.launcher is not None:

@@ -78,9 +78,8 @@ class Gang:
         return self.slots >= self.ranks
 
     def placement(self) -> list[tuple[Offer, int]]:
-        """Ranks per offer, filling the offers in the order they came: rank 0 goes on the
-        first offer (same-host ranks talk through shared memory). Only the offers that
-        get a rank are listed; call when :attr:`complete`."""
+        """Ranks per offer, filling the offers in the order they came (rank 0 on the first).
+        Only the offers that get a rank are listed; call when :attr:`complete`."""
         placed: list[tuple[Offer, int]] = []
         left = self.ranks
         for offer in self.held.values():
@@ -97,10 +96,15 @@ class Gang:
         """Whether the gang has held offers for ``hold_timeout`` without completing."""
         return self.since is not None and not self.complete and self.clock() - self.since >= self.hold_timeout
 
+    def give_back(self) -> None:
+        """Forget every offer held (they are void: the connection they came on is gone)."""
+        self.held.clear()
+        self.since = None
+
     def give_up(self) -> tuple[list[str], float]:
-        """Let go of everything held: the offer ids to decline and how long to refuse
-        them, random in [1, 2) times ``hold_timeout`` doubled for each earlier try (at
-        most :data:`BACKOFF_MAX`), so that two gangs stop colliding."""
+        """Let go of everything held: the offer ids to decline and how long to stay away
+        from offers, random in [1, 2) times ``hold_timeout`` doubled for each earlier try
+        (at most :data:`BACKOFF_MAX`), so that two gangs stop colliding."""
         ids = list(self.held)
         self.held.clear()
         self.since = None

@@ -74,7 +74,9 @@ class MpiexecLauncher:
         self.output = output if output is not None else sys.stdout
         self.cwd = cwd
         self.process: subprocess.Popen[str] | None = None
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        # Bounded: a reader that gets ahead of the copy blocks, and mpiexec with it.
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=10_000)
+        self._copier: threading.Thread | None = None
 
     def start(self, timeout: float = 10.0) -> list[str]:
         """Start mpiexec; the shell command of each rank's proxy, rank 0 first, once it
@@ -116,7 +118,8 @@ class MpiexecLauncher:
         if len(commands) != self.ranks:
             self.stop()
             raise LaunchError(f"mpiexec printed {len(commands)} proxy commands for {self.ranks} ranks")
-        threading.Thread(target=self._copy, name="mpiexec-copy", daemon=True).start()
+        self._copier = threading.Thread(target=self._copy, name="mpiexec-copy", daemon=True)
+        self._copier.start()
         return commands
 
     def _read(self) -> None:
@@ -132,13 +135,17 @@ class MpiexecLauncher:
             self.output.flush()
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """mpiexec's exit status (None if it still runs after ``timeout``)."""
+        """mpiexec's exit status (None if it still runs after ``timeout``), once all it
+        printed has been copied to ``output``."""
         if self.process is None:
             return None
         try:
-            return self.process.wait(timeout)
+            status = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        if self._copier is not None:
+            self._copier.join(5.0)  # the pipe's rest: the job's last lines (its result)
+        return status
 
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM mpiexec's process group, SIGKILL after ``grace`` seconds."""

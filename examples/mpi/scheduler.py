@@ -3,8 +3,9 @@
 The job goes through three phases:
 
 - *gathering*: offers are held (:class:`~.gang.Gang`) until the ranks all fit; a gang
-  that takes longer than ``hold_timeout`` gives back what it holds with a randomised,
-  growing refuse filter, and starts over;
+  that takes longer than ``hold_timeout`` gives back what it holds, suppresses its
+  offers for a randomised, growing time, then revives them (all agents at once) and
+  starts over;
 - *running*: mpiexec started (:class:`~.launcher.MpiexecLauncher`), one task per rank
   launched with its proxy's command, offers suppressed;
 - *done*: :attr:`MpiScheduler.outcome` says how it went, :attr:`MpiScheduler.done` is set.
@@ -99,6 +100,10 @@ class MpiScheduler(mezzo.Scheduler):
         self.registered_at: float | None = None
         self.gathered_in: float | None = None
         self._finished_at: float | None = None
+        self.backing_off_until: float | None = None
+        """While set, the gang gave up and offers are suppressed until then (clock time)."""
+        self.stopper: threading.Thread | None = None
+        """Stops mpiexec after a failure, off the driver thread (it may take seconds)."""
         self.outcome: JobOutcome | None = None
         self.done = threading.Event()
         self._driver: mezzo.SchedulerDriver | None = None
@@ -116,8 +121,10 @@ class MpiScheduler(mezzo.Scheduler):
 
     def resource_offers(self, driver, offers: list[Offer]):
         with self.lock:
-            if self.phase != GATHERING:
-                driver.decline_offer(offers, Filters(refuse_seconds=BACKOFF_MAX))
+            if self.phase != GATHERING or self.backing_off_until is not None:
+                # Running, done, or backing off (offers already on their way when we
+                # suppressed): nothing to hold now.
+                driver.decline_offer(offers, Filters(refuse_seconds=self.gang.hold_timeout))
                 return
             unfit = [o for o in offers if not self.gang.hold(o)]
             if unfit:
@@ -129,6 +136,12 @@ class MpiScheduler(mezzo.Scheduler):
     def offer_rescinded(self, driver, offer_id):
         with self.lock:
             self.gang.rescinded(offer_id)
+
+    def disconnected(self, driver):
+        # The offers held are void with the connection they came on: gather afresh.
+        with self.lock:
+            if self.phase == GATHERING:
+                self.gang.give_back()
 
     def _launch(self, driver) -> None:
         placed, unused = self.gang.take()
@@ -198,7 +211,19 @@ class MpiScheduler(mezzo.Scheduler):
                         file=self.output,
                         flush=True,
                     )
+                    # Away from every agent at once, and back to every agent at once: a
+                    # refuse filter per offer would bring agents back at different times,
+                    # and a gang could then never hold enough of them together.
                     driver.decline_offer(ids, Filters(refuse_seconds=backoff))
+                    driver.set_needs_offers(False)
+                    self.backing_off_until = self.clock() + backoff
+                elif (
+                    self.phase == GATHERING
+                    and self.backing_off_until is not None
+                    and self.clock() >= self.backing_off_until
+                ):
+                    self.backing_off_until = None
+                    driver.set_needs_offers(True)  # revive: also clears our refuse filters
                 elif self.phase == RUNNING and self.launcher is not None:
                     self._check_mpiexec(driver)
 
@@ -229,12 +254,12 @@ class MpiScheduler(mezzo.Scheduler):
         self.phase = DONE
         if not ok:
             for task_id, state in self.states.items():
-                if state not in ("TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR"):
+                if not mezzo.is_terminal(TaskState[state]):
                     driver.kill_task(task_id)
-        if self.launcher is not None:
-            if exit_status is None:
-                self.launcher.stop()
-                exit_status = self.launcher.wait(0)
+        if self.launcher is not None and exit_status is None:
+            # Off the driver thread: stopping may take seconds (SIGTERM, then SIGKILL).
+            self.stopper = threading.Thread(target=self.launcher.stop, name="mpiexec-stop", daemon=True)
+            self.stopper.start()
         self.outcome = JobOutcome(
             ok=ok,
             message=message,
