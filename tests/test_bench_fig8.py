@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def test_fig8_at_a_toy_size_measures_locality_per_configuration():
     done = subprocess.run(
         [sys.executable, str(BENCH / "fig8.py"), "--agents", "24", "--frameworks", "4", "--maps", "16",
-         "--jobs", "1", "--warmup-jobs", "0", "--runs", "1", "--task-mean", "1", "--task-stddev", "0.2",
+         "--jobs", "1", "--warmup-jobs", "0", "--runs", "1", "--task-mean", "0.5", "--task-stddev", "0.1",
          "--delays", "0,1", "--timeout", "40", "--no-write"],
         check=False, capture_output=True, text=True, timeout=90, cwd=BENCH)
     assert done.returncode == 0, f"fig8.py failed:\n{done.stdout}\n{done.stderr}"

@@ -1,11 +1,11 @@
 """bench/lottery_locality.py (paper §4.3) still runs and still measures what it claims,
 at a toy size, writing nothing.
 
-Toy size: 16 preferred agents, tasks of 0.2-0.4 s, a 6 s window: about 400 slots of
-P drawn per run. For the lottery, a framework's share is then about a binomial
-fraction of 400 draws, standard deviation <= 0.025, so the bounds below sit 4-6 sd
-away from the targets 1/6, 1/3, 1/2. DRF keeps holdings within a slot (1/16) of
-weight-proportional.
+Toy size: 32 preferred agents, tasks of 0.2-0.4 s, a 3 s window: about 300-400
+slots of P drawn per run (as many as 16 agents over 6 s, in half the time). For the
+lottery, a framework's share is then about a binomial fraction of 300-400 draws,
+standard deviation <= 0.03, so the bounds below sit 4-6 sd away from the targets
+1/6, 1/3, 1/2. DRF keeps holdings within about a slot (1/32) of weight-proportional.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def run_toy() -> dict[str, dict]:
     """Run the script at the toy size; per allocator, its run's parsed line."""
     done = subprocess.run(
         [sys.executable, str(BENCH / "lottery_locality.py"), "--allocators", "lottery,drf", "--runs", "1",
-         "--preferred", "16", "--others", "4", "--duration", "0.2,0.4", "--warmup", "2", "--window", "6",
+         "--preferred", "32", "--others", "4", "--duration", "0.2,0.4", "--warmup", "2", "--window", "3",
          "--no-write"],
         check=False, capture_output=True, text=True, timeout=150, cwd=BENCH)
     assert done.returncode == 0, f"lottery_locality.py failed:\n{done.stdout}\n{done.stderr}"

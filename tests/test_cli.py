@@ -83,8 +83,19 @@ def test_run_shows_states_and_output_and_exit_code(make_cluster):
     assert "TASK_FAILED" in bad.stderr
 
 
-def test_state_prints_the_cluster(make_cluster):
-    cluster = make_cluster(2, master={"allocation_interval": 0.01})
+@pytest.fixture(scope="module")
+def two_agents(tmp_path_factory):
+    """A cluster of two agents shared by the tests that only ask for its state and
+    counters (no framework, no task; the counters they check count from the start)."""
+    from mezzo.testing import LocalProcessCluster
+
+    directory = str(tmp_path_factory.mktemp("two-agents"))
+    with LocalProcessCluster(2, master={"allocation_interval": 0.01}, directory=directory) as cluster:
+        yield cluster
+
+
+def test_state_prints_the_cluster(two_agents):
+    cluster = two_agents
     r = mezzo("state", "--master", cluster.master)
     assert r.returncode == 0, r.stderr
     state = json.loads(r.stdout)
@@ -104,8 +115,8 @@ METRIC_KEYS = {"messages_received", "messages_sent", "agents", "frameworks", "ta
                "cpu_seconds", "rss_bytes"}
 
 
-def test_state_metrics_prints_the_master_counters(make_cluster):
-    cluster = make_cluster(2, master={"allocation_interval": 0.01})
+def test_state_metrics_prints_the_master_counters(two_agents):
+    cluster = two_agents
     r = mezzo("state", "--metrics", "--master", cluster.master, timeout=20)
     assert r.returncode == 0, r.stderr
     metrics = json.loads(r.stdout)
@@ -245,11 +256,12 @@ def test_run_says_what_it_waits_for_and_gives_up_when_the_master_is_gone(make_cl
 
         with OperatorClient(cluster.master) as api:
             wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the hog to run")
-        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "6",
+        # The waiting line comes 3 s in (mezzo.cli.run_task.WAITING_REPORT_SECONDS).
+        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "5",
                   "--", "true", timeout=30)
         assert r.returncode == 124
         assert "waiting: no agent has 1 cpus, 16 mem free now" in r.stderr
-        assert "gave up after 6 s" in r.stderr
+        assert "gave up after 5 s" in r.stderr
 
         cluster.stop()  # the master goes away under the running hog
         started = time.monotonic()
@@ -293,10 +305,10 @@ def test_run_waiting_on_a_full_cluster_keeps_its_quiet_stream(make_cluster):
 
         with OperatorClient(cluster.master) as api:
             wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the hog to run")
-        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "8",
+        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "7",
                   "--", "true", timeout=30)
     finally:
         hog.kill()
     assert r.returncode == 124, r.stderr
-    assert "gave up after 8 s" in r.stderr
+    assert "gave up after 7 s" in r.stderr
     assert "lost the master" not in r.stderr and "redialling" not in r.stderr

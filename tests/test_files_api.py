@@ -88,6 +88,19 @@ def running(mezzo_cluster):
     driver.stop()
 
 
+@pytest.fixture(scope="module")
+def running_looked_at(tmp_path_factory):
+    """``running``, shared by the tests that only read the task's sandbox and the
+    agent's counters (they touch no file of it, and stop nothing)."""
+    directory = str(tmp_path_factory.mktemp("running"))
+    with LocalProcessCluster(1, master={"allocation_interval": 0.01}, directory=directory) as cluster:
+        driver, fid, agent = run_task(cluster)
+        try:
+            yield cluster, fid, agent
+        finally:
+            driver.stop()
+
+
 def test_the_master_proxies_read_browse_and_download_of_a_running_tasks_sandbox(running) -> None:
     cluster, fid, agent = running
     aid = agent["id"]
@@ -164,8 +177,8 @@ def test_pages_read_ahead_by_the_master_are_the_agents_and_a_rewrite_shows_withi
     )
 
 
-def test_the_proxy_refuses_what_is_outside_sandboxes_and_names_bad_parameters(running) -> None:
-    cluster, fid, agent = running
+def test_the_proxy_refuses_what_is_outside_sandboxes_and_names_bad_parameters(running_looked_at) -> None:
+    cluster, fid, agent = running_looked_at
     aid = agent["id"]
     sandbox = f"/frameworks/{fid}/executors/talker/runs/latest"
     wait_for(
@@ -199,8 +212,8 @@ def test_the_proxy_refuses_what_is_outside_sandboxes_and_names_bad_parameters(ru
     assert status == 404 and "no-such-agent" in body["error"]
 
 
-def test_the_agent_answers_files_and_metrics_at_its_own_port(running) -> None:
-    cluster, fid, agent = running
+def test_the_agent_answers_files_and_metrics_at_its_own_port(running_looked_at) -> None:
+    cluster, fid, agent = running_looked_at
     address = f"127.0.0.1:{agent['port']}"
     stdout = f"/frameworks/{fid}/executors/talker/runs/latest/stdout"
     wait_for(

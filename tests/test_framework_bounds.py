@@ -48,11 +48,12 @@ class RawScheduler:
         return self
 
     def _got(self, name: str):
-        self.read(0.1)
+        self.read(0.1, then=0.0)  # wait_for polls: no pause after each answer
         return next((args for n, args in self.received if n == name), None)
 
-    def read(self, wait: float) -> None:
-        """Read what has arrived within ``wait`` seconds."""
+    def read(self, wait: float, then: float = 0.01) -> None:
+        """Read what has arrived within ``wait`` seconds, and what follows within
+        ``then`` seconds of each piece."""
         self.sock.settimeout(wait)
         try:
             while True:
@@ -62,7 +63,7 @@ class RawScheduler:
                     return
                 for payload in self.decoder.feed(data):
                     self.received.append(SCHEDULER.decode(payload, 64 * 1024 * 1024))
-                self.sock.settimeout(0.01)
+                self.sock.settimeout(then)
         except (TimeoutError, BlockingIOError):
             return
         except (ConnectionResetError, BrokenPipeError):
@@ -90,7 +91,7 @@ class RawScheduler:
 
 
 def test_silent_frameworks_are_freed_and_an_idle_driver_is_not(make_cluster, drivers):
-    cluster = make_cluster(0, master={"framework_ping_interval": 0.5, "framework_idle_timeout": 3.0})
+    cluster = make_cluster(0, master={"framework_ping_interval": 0.5, "framework_idle_timeout": 2.0})
     alive = Recorder()
     drivers(alive, "idle-but-alive", cluster.master)  # no agents: nothing to say, ever
     assert alive.registered_event.wait(10)
@@ -107,13 +108,13 @@ def test_silent_frameworks_are_freed_and_an_idle_driver_is_not(make_cluster, dri
         assert all(s.closed_by_master(5.0) for s in silent)
         metrics = fetch_metrics(cluster.master)
         assert metrics["frameworks_connected"] == 1 and metrics["frameworks_found_silent"] == 200
-        assert 2.5 < freed_after < 12.0, freed_after
+        assert 1.5 < freed_after < 12.0, freed_after
         assert alive.disconnections == 0 and not alive.errors
         log = (cluster.dir / "master.log").read_text()
         assert "framework disconnected by the master" in log and "no answer to pings" in log
         assert silent[0].framework_id in log
         # Idle but alive, through many more timeouts: it answers every ping.
-        time.sleep(6.0)
+        time.sleep(4.0)
         metrics = fetch_metrics(cluster.master)
         assert metrics["frameworks_connected"] == 1 and metrics["frameworks_found_silent"] == 200
         assert alive.disconnections == 0

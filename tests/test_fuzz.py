@@ -20,6 +20,9 @@ from .conftest import Recorder, wait_for
 def _send(port: int, data: bytes) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
         s.sendall(data)
+        # Done sending: the daemon handles what came, sees the end and closes, and the
+        # recv below returns then, not after its timeout.
+        s.shutdown(socket.SHUT_WR)
         s.settimeout(0.2)
         try:
             s.recv(65536)

@@ -6,6 +6,7 @@ import http.client
 import json
 import socket
 import ssl
+from collections.abc import Iterator
 
 import mezzo
 import pytest
@@ -39,24 +40,47 @@ def master_log(cluster: LocalProcessCluster) -> str:
     return (cluster.dir / "master.log").read_text(errors="replace")
 
 
+PLAIN = {"agents": 1, "master": {"allocation_interval": 0.01}}
+
+
 @pytest.fixture
 def plain_master(mezzo_cluster) -> LocalProcessCluster:
-    return mezzo_cluster(agents=1, master={"allocation_interval": 0.01})
+    return mezzo_cluster(**PLAIN)
 
 
-def test_health_version_and_their_master_aliases_answer_at_the_thrift_port(plain_master) -> None:
-    status, _, body = get(plain_master, "/health")
+@pytest.fixture(scope="module")
+def plain_looked_at(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcessCluster]:
+    """A ``plain_master`` shared by the tests that only look at it: their requests
+    read, or are refused (no framework, no task, no change of any agent)."""
+    with LocalProcessCluster(directory=str(tmp_path_factory.mktemp("plain")), **PLAIN) as cluster:
+        yield cluster
+
+
+def log_since(cluster: LocalProcessCluster, offset: int) -> str:
+    """What the master logged past ``offset`` bytes of its log (this test's own lines,
+    on a master other tests use too)."""
+    with open(cluster.dir / "master.log", "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def log_size(cluster: LocalProcessCluster) -> int:
+    return (cluster.dir / "master.log").stat().st_size
+
+
+def test_health_version_and_their_master_aliases_answer_at_the_thrift_port(plain_looked_at) -> None:
+    status, _, body = get(plain_looked_at, "/health")
     assert (status, body) == (200, b"")
     for path in ("/version", "/master/version"):
-        status, headers, body = get(plain_master, path)
+        status, headers, body = get(plain_looked_at, path)
         assert status == 200 and headers["Content-Type"].startswith("application/json")
         assert json.loads(body)["name"] == "mezzo" and json.loads(body)["version"]
     # Thrift goes on at the same port: the agent registered, and a tool's state request is answered.
-    assert [a["hostname"] for a in plain_master.state()["agents"]] == ["agent-1"]
+    assert [a["hostname"] for a in plain_looked_at.state()["agents"]] == ["agent-1"]
 
 
-def test_metrics_snapshot_uses_mesos_names_and_prometheus_text_parses(plain_master) -> None:
-    status, _, body = get(plain_master, "/metrics/snapshot")
+def test_metrics_snapshot_uses_mesos_names_and_prometheus_text_parses(plain_looked_at) -> None:
+    status, _, body = get(plain_looked_at, "/metrics/snapshot")
     snap = json.loads(body)
     assert status == 200
     assert snap["master/elected"] == 1.0
@@ -66,24 +90,24 @@ def test_metrics_snapshot_uses_mesos_names_and_prometheus_text_parses(plain_mast
     assert all(isinstance(v, float) for v in snap.values())
     assert "mezzo/connections/open" in snap  # nested counters flattened
 
-    status, headers, body = get(plain_master, "/master/metrics")
+    status, headers, body = get(plain_looked_at, "/master/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     assert families["mezzo_master_elected"].samples[0].value == 1.0
     assert families["mezzo_master_slaves_connected"].samples[0].value == 1.0
 
 
-def test_unknown_paths_and_wrong_methods_are_json_errors_naming_them(plain_master) -> None:
-    status, _, body = get(plain_master, "/no/such/thing")
+def test_unknown_paths_and_wrong_methods_are_json_errors_naming_them(plain_looked_at) -> None:
+    status, _, body = get(plain_looked_at, "/no/such/thing")
     assert status == 404 and json.loads(body) == {"error": "no such endpoint: /no/such/thing", "status": 404}
-    status, headers, body = get(plain_master, "/metrics/snapshot", method="DELETE")
+    status, headers, body = get(plain_looked_at, "/metrics/snapshot", method="DELETE")
     assert status == 405 and "GET" in headers["Allow"]
     assert "DELETE not allowed on /metrics/snapshot" in json.loads(body)["error"]
 
 
-def test_redirect_points_at_the_leader(plain_master) -> None:
-    status, headers, _ = get(plain_master, "/master/redirect")
-    assert status == 307 and headers["Location"] == f"//{plain_master.master}"
+def test_redirect_points_at_the_leader(plain_looked_at) -> None:
+    status, headers, _ = get(plain_looked_at, "/master/redirect")
+    assert status == 307 and headers["Location"] == f"//{plain_looked_at.master}"
 
 
 def test_a_request_that_never_ends_is_closed_and_the_master_serves_on(mezzo_cluster) -> None:
@@ -98,13 +122,13 @@ def test_a_request_that_never_ends_is_closed_and_the_master_serves_on(mezzo_clus
     assert get(cluster, "/health")[0] == 200
 
 
-def test_oversized_headers_are_refused_and_the_master_serves_on(plain_master) -> None:
-    host, port = plain_master.master.rsplit(":", 1)
+def test_oversized_headers_are_refused_and_the_master_serves_on(plain_looked_at) -> None:
+    host, port = plain_looked_at.master.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
         answer = s.recv(300)
     assert answer.split(b" ")[1] == b"400" and b"Got more than 8190 bytes" in answer, answer
-    assert get(plain_master, "/health")[0] == 200
+    assert get(plain_looked_at, "/health")[0] == 200
 
 
 def test_with_http_off_a_request_is_closed_like_a_bad_peer(mezzo_cluster) -> None:
@@ -125,27 +149,37 @@ def tls_master(mezzo_cluster) -> LocalProcessCluster:
     return mezzo_cluster(agents=1, tls=True, master={"acls": acls})
 
 
+@pytest.fixture(scope="module")
+def tls_looked_at(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcessCluster]:
+    """A ``tls_master`` shared by the tests that only look at it (reads, refusals)."""
+    acls = single_tenant(agents=["agent"], operators=["operator"], frameworks=["web"])
+    directory = str(tmp_path_factory.mktemp("tls"))
+    with LocalProcessCluster(1, tls=True, master={"acls": acls}, directory=directory) as cluster:
+        yield cluster
+
+
 def context_for(cluster: LocalProcessCluster, principal: str) -> ssl.SSLContext:
     return client_tls(cluster.client_tls(principal)).context
 
 
-def test_over_tls_an_operator_reads_metrics_and_another_principal_is_refused_with_403(tls_master) -> None:
-    status, _, body = get(tls_master, "/metrics/snapshot", context=context_for(tls_master, "operator"))
+def test_over_tls_an_operator_reads_metrics_and_another_principal_is_refused_with_403(tls_looked_at) -> None:
+    status, _, body = get(tls_looked_at, "/metrics/snapshot", context=context_for(tls_looked_at, "operator"))
     assert status == 200 and json.loads(body)["master/slaves_connected"] == 1.0
 
-    status, _, body = get(tls_master, "/metrics", context=context_for(tls_master, "web"))
+    logged = log_size(tls_looked_at)
+    status, _, body = get(tls_looked_at, "/metrics", context=context_for(tls_looked_at, "web"))
     assert status == 403
     assert json.loads(body)["error"] == "principal web may not view the cluster (master.acls.view_cluster)"
-    wait_for(lambda: "principal=web" in master_log(tls_master), 5, "an audit line")
+    wait_for(lambda: "principal=web" in log_since(tls_looked_at, logged), 5, "an audit line")
     # Health needs no permission.
-    assert get(tls_master, "/health", context=context_for(tls_master, "web"))[0] == 200
+    assert get(tls_looked_at, "/health", context=context_for(tls_looked_at, "web"))[0] == 200
 
 
-def test_over_tls_a_client_without_a_certificate_is_refused_at_the_handshake(tls_master) -> None:
-    bare = ssl.create_default_context(cafile=tls_master.tls.ca)  # trusts the server, shows nothing
+def test_over_tls_a_client_without_a_certificate_is_refused_at_the_handshake(tls_looked_at) -> None:
+    bare = ssl.create_default_context(cafile=tls_looked_at.tls.ca)  # trusts the server, shows nothing
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        get(tls_master, "/health", context=bare)
-    assert get(tls_master, "/health", context=context_for(tls_master, "operator"))[0] == 200
+        get(tls_looked_at, "/health", context=bare)
+    assert get(tls_looked_at, "/health", context=context_for(tls_looked_at, "operator"))[0] == 200
 
 
 # -- teardown -------------------------------------------------------------------------------
@@ -190,14 +224,14 @@ def test_post_teardown_ends_a_framework_for_an_operator_and_refuses_others(tls_m
         driver.stop()
 
 
-def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_master) -> None:
-    status, _, body = get(tls_master, "/master/flags", context=context_for(tls_master, "operator"))
+def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_looked_at) -> None:
+    status, _, body = get(tls_looked_at, "/master/flags", context=context_for(tls_looked_at, "operator"))
     flags = json.loads(body)["flags"]
     assert status == 200
-    assert flags["listen"] == tls_master.master
+    assert flags["listen"] == tls_looked_at.master
     assert flags["http"] == {"enabled": True, "event_heartbeat": 15.0, "credentials": ""}  # a path, not secrets
     assert flags["acls"]["permissive"] is False and flags["acls"]["rules"]["view_cluster"] == 1
-    assert get(tls_master, "/flags", context=context_for(tls_master, "web"))[0] == 403
+    assert get(tls_looked_at, "/flags", context=context_for(tls_looked_at, "web"))[0] == 403
 
 
 # -- the state in Mesos' shape -------------------------------------------------------------
@@ -263,17 +297,22 @@ def test_state_summary_frameworks_slaves_and_tasks_in_mesos_shape(plain_master) 
         driver.stop()
 
 
-def test_a_principal_that_may_view_nothing_gets_403_for_the_state(tls_master) -> None:
-    status, _, body = get(tls_master, "/state", context=context_for(tls_master, "web"))
+def test_a_principal_that_may_view_nothing_gets_403_for_the_state(tls_looked_at) -> None:
+    status, _, body = get(tls_looked_at, "/state", context=context_for(tls_looked_at, "web"))
     assert status == 403 and "may not view the cluster" in json.loads(body)["error"]
-    status, _, body = get(tls_master, "/master/state-summary", context=context_for(tls_master, "operator"))
+    status, _, body = get(tls_looked_at, "/master/state-summary", context=context_for(tls_looked_at, "operator"))
     assert status == 200 and len(json.loads(body)["slaves"]) == 1
 
 
-def test_plain_http_at_the_tls_port_is_told_in_http_to_use_https(tls_master) -> None:
-    status, _, body = get(tls_master, "/state")
+def test_plain_http_at_the_tls_port_is_told_in_http_to_use_https(tls_looked_at) -> None:
+    logged = log_size(tls_looked_at)
+    status, _, body = get(tls_looked_at, "/state")
     assert status == 400 and "this port speaks HTTPS" in json.loads(body)["error"]
-    wait_for(lambda: "the peer sent an HTTP request at this TLS port" in master_log(tls_master), 5, "the log line")
+    wait_for(
+        lambda: "the peer sent an HTTP request at this TLS port" in log_since(tls_looked_at, logged),
+        5,
+        "the log line",
+    )
 
 
 def test_ended_tasks_and_frameworks_are_kept_bounded_with_their_statuses(mezzo_cluster) -> None:
@@ -321,8 +360,8 @@ def test_ended_tasks_and_frameworks_are_kept_bounded_with_their_statuses(mezzo_c
     assert [t["id"] for t in json.loads(get(cluster, "/tasks")[2])["tasks"]] == ["quick-2", "quick-1"]
 
 
-def test_a_post_a_browser_says_another_site_sent_is_refused(plain_master) -> None:
-    host, port = plain_master.master.rsplit(":", 1)
+def test_a_post_a_browser_says_another_site_sent_is_refused(plain_looked_at) -> None:
+    host, port = plain_looked_at.master.rsplit(":", 1)
     for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         try:

@@ -3,17 +3,25 @@ real master: a kept-alive connection the master closed while idle is dialled aga
 
 from __future__ import annotations
 
-import time
-
 from mezzo.operator_client import OperatorClient
+from mezzo.state_client import fetch_metrics
+from mezzo.testing import wait_for
 
 
 def test_a_connection_the_master_closed_while_idle_is_replaced(mezzo_cluster) -> None:
     cluster = mezzo_cluster(agents=1, master={"connections": {"unregistered_idle_timeout": 0.5}})
+
+    def closed_idle() -> int:
+        """Connections the master closed for idling (asked on a Thrift connection of our own)."""
+        return fetch_metrics(cluster.master)["connections"]["closed"]["unregistered_idle_timeout"]
+
+    before = closed_idle()
     with OperatorClient(cluster.master, timeout=5) as api:
         first = api.get("/version")
-        time.sleep(2)  # the master closes the idle keep-alive connection meanwhile
+        # The master closes the idle keep-alive connection meanwhile.
+        wait_for(lambda: closed_idle() >= before + 1, 10, "the master to close the idle connection")
         assert api.get("/version") == first
         (agent,) = api.get("/slaves")["slaves"]
-        time.sleep(2)  # a change is sent on a new connection, never down a stale one
+        # A change is sent on a new connection, never down a stale one.
+        wait_for(lambda: closed_idle() >= before + 2, 10, "the master to close the idle connection again")
         assert "was not draining" in api.post("/master/reactivate", agentId=agent["id"])["message"]

@@ -285,14 +285,21 @@ def test_a_restarted_queue_keeps_its_jobs_and_its_running_tasks(queue, tmp_path,
     assert r.stdout.strip() == "submitted job 2", r.stdout  # numbering carries on
 
 
-def test_a_job_that_ended_while_the_queue_was_down_is_settled_by_reconciliation(queue, tmp_path):
+def test_a_job_that_ended_while_the_queue_was_down_is_settled_by_reconciliation(queue, cluster, tmp_path):
     go = tmp_path / "go"
     r = queue.cli("submit", "--cpus", "0.1", "--mem", "16", "--", f"while [ ! -e {go} ]; do sleep 0.05; done")
     assert r.returncode == 0, r.stderr
     wait_for(lambda: queue.jobs()["1"]["state"] == "RUNNING", 20, "the job to run")
+    task_id = queue.jobs()["1"]["task_id"]
+    (framework_id,) = [t["framework_id"] for t in cluster.state()["tasks"] if t["id"] == task_id]
     queue.stop()
     go.touch()
-    time.sleep(1.0)  # the task ends while no scheduler is connected
+
+    def ended() -> bool:  # as the master saw it (the queue's framework: ids restart with each queue)
+        completed = cluster.state()["completed_tasks"]
+        return any(t["id"] == task_id and t["framework_id"] == framework_id for t in completed)
+
+    wait_for(ended, 20, "the task to end while no scheduler is connected")
     queue.start()
     job = queue.wait_until_none_waiting(30)["1"]
     assert job["state"] == "FINISHED", job

@@ -5,10 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+
+import pytest
 
 from mezzo.state_client import fetch_metrics, fetch_state, fetch_state_async
+from mezzo.testing import LocalProcessCluster
 
 AGENTS = 2
+
+
+@pytest.fixture(scope="module")
+def forking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcessCluster]:
+    """A cluster rendering its state in children (the default), shared by the tests
+    that only fetch its state and metrics (each counts the snapshots from its own start)."""
+    directory = str(tmp_path_factory.mktemp("forking"))
+    with LocalProcessCluster(AGENTS, agent_resources="cpus:1;mem:256", directory=directory) as cluster:
+        yield cluster
 
 
 def snapshots(cluster) -> int:
@@ -31,8 +44,8 @@ def check_state(cluster, state: dict) -> None:
     assert sorted(a["hostname"] for a in state["agents"]) == [f"agent-{i}" for i in range(1, AGENTS + 1)]
 
 
-def test_each_fetch_renders_one_snapshot_in_a_child(make_cluster):
-    cluster = make_cluster(AGENTS, agent_resources="cpus:1;mem:256")
+def test_each_fetch_renders_one_snapshot_in_a_child(forking):
+    cluster = forking
     before = snapshots(cluster)
     assert before >= 1, "starting the cluster fetched the state: at least one child rendered it"
     for i in range(1, 4):
@@ -45,8 +58,8 @@ def test_each_fetch_renders_one_snapshot_in_a_child(make_cluster):
     assert children_of(cluster.procs["master"].pid) == []
 
 
-def test_concurrent_fetches_each_get_their_answer(make_cluster):
-    cluster = make_cluster(AGENTS, agent_resources="cpus:1;mem:256")
+def test_concurrent_fetches_each_get_their_answer(forking):
+    cluster = forking
     before = snapshots(cluster)
     n = 8
 

@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,13 +20,26 @@ from ..conftest import Recorder, one_task
 from .v1_client import V1Scheduler
 
 
+CLUSTER = {
+    "agents": 2,
+    "master": {"allocation_interval": 0.02, "http": {"event_heartbeat": 0.3}},
+    "agent_resources": "cpus:2;mem:1024;disk:1000;ports:[31000-31009]",
+}
+
+
 @pytest.fixture
 def cluster(mezzo_cluster) -> LocalProcessCluster:
-    return mezzo_cluster(
-        agents=2,
-        master={"allocation_interval": 0.02, "http": {"event_heartbeat": 0.3}},
-        agent_resources="cpus:2;mem:1024;disk:1000;ports:[31000-31009]",
-    )
+    return mezzo_cluster(**CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def untouched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcessCluster]:
+    """One cluster as ``cluster``, shared by the tests whose requests are all refused:
+    none of them subscribes a framework or launches a task (each checks that the
+    master holds no framework after its refusals)."""
+    directory = str(tmp_path_factory.mktemp("untouched"))
+    with LocalProcessCluster(directory=directory, **CLUSTER) as started:
+        yield started
 
 
 @pytest.fixture
@@ -219,12 +233,13 @@ def raw_post(cluster, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
         conn.close()
 
 
-def test_content_type_missing_is_400_and_not_json_415(cluster) -> None:
+def test_content_type_missing_is_400_and_not_json_415(untouched) -> None:
     body = b'{"type": "SUBSCRIBE"}'
-    status, text = raw_post(cluster, body, {})
+    status, text = raw_post(untouched, body, {})
     assert status == 400 and "Content-Type" in text
-    status, text = raw_post(cluster, body, {"Content-Type": "application/x-protobuf"})
+    status, text = raw_post(untouched, body, {"Content-Type": "application/x-protobuf"})
     assert status == 415 and "application/json" in text
+    assert untouched.state()["frameworks"] == []
 
 
 @pytest.mark.parametrize(
@@ -239,11 +254,11 @@ def test_content_type_missing_is_400_and_not_json_415(cluster) -> None:
         (b"[" * 10_000 + b"]" * 10_000, "deep"),
     ],
 )
-def test_a_malformed_subscription_is_400_naming_what_is_wrong(cluster, body, words) -> None:
-    status, text = raw_post(cluster, body, {"Content-Type": "application/json"})
+def test_a_malformed_subscription_is_400_naming_what_is_wrong(untouched, body, words) -> None:
+    status, text = raw_post(untouched, body, {"Content-Type": "application/json"})
     assert status == 400, text
     assert words.lower() in text.lower()
-    assert cluster.state()["frameworks"] == []  # and the master serves on
+    assert untouched.state()["frameworks"] == []  # and the master serves on
 
 
 def test_calls_need_the_right_stream_and_framework(cluster, scheduler) -> None:
@@ -276,12 +291,13 @@ def test_calls_need_the_right_stream_and_framework(cluster, scheduler) -> None:
     assert framework_of(cluster, s.framework_id) is not None
 
 
-def test_a_call_before_subscribing_is_refused(cluster) -> None:
+def test_a_call_before_subscribing_is_refused(untouched) -> None:
     body = json.dumps({"type": "REVIVE", "framework_id": {"value": "f"}}).encode()
-    status, text = raw_post(cluster, body, {"Content-Type": "application/json", "Mesos-Stream-Id": "x"})
+    status, text = raw_post(untouched, body, {"Content-Type": "application/json", "Mesos-Stream-Id": "x"})
     assert status == 400 and "stream ID 'x'" in text and "not valid" in text
-    status, text = raw_post(cluster, body, {"Content-Type": "application/json"})
+    status, text = raw_post(untouched, body, {"Content-Type": "application/json"})
     assert status == 400 and "cannot be found" in text
+    assert untouched.state()["frameworks"] == []
 
 
 def test_a_body_is_bounded_before_it_is_read(cluster, scheduler) -> None:
@@ -427,7 +443,7 @@ def test_the_lane_refuses_what_the_route_refuses(cluster, scheduler) -> None:
 
 
 @pytest.mark.parametrize("through", ["lane", "aiohttp"])
-def test_a_quiet_calls_connection_is_kept_open(mezzo_cluster, scheduler, through) -> None:
+def test_a_quiet_calls_connection_is_kept_open(mezzo_cluster, through) -> None:
     # pymesos makes its calls on one keep-alive connection and fails its next call (its
     # driver thread with it) on a connection the server closed while it was quiet; Mesos
     # never closes one. So a connection that made a call on a live stream is spared the

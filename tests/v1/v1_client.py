@@ -37,6 +37,7 @@ class V1Scheduler:
         self.ended = threading.Event()
         self._stream: http.client.HTTPConnection | None = None
         self._socket: socket.socket | None = None
+        self._reader: threading.Thread | None = None
         self._calls: http.client.HTTPConnection | None = None
         self.response: http.client.HTTPResponse | None = None
         self.auto_ack = auto_ack
@@ -72,7 +73,8 @@ class V1Scheduler:
         self.response = response = self._stream.getresponse()
         if response.status == 200:
             self.stream_id = response.getheader("Mesos-Stream-Id")
-            threading.Thread(target=self._read, args=(response,), daemon=True).start()
+            self._reader = threading.Thread(target=self._read, args=(response,), daemon=True)
+            self._reader.start()
             first = self.wait_for("SUBSCRIBED")
             self.framework_id = first["subscribed"]["framework_id"]["value"]
         return response
@@ -111,6 +113,17 @@ class V1Scheduler:
         self.ended.wait(10)
 
     def close(self) -> None:
+        if self._socket is not None:
+            # http.client let go of the stream's socket (the reader thread's response holds
+            # it): close it too, or the master sees the stream open until it stops. First,
+            # so that the reader is done acknowledging before the connections close.
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone (disconnect(), or the master closed it)
+            self._socket.close()
+            if self._reader is not None:
+                self._reader.join(10)
         if self._acks is not None:
             self._acks.close()
         if self._calls is not None:

@@ -61,7 +61,7 @@ def test_master_names_a_bad_zk_url_and_an_unreachable_zookeeper(tmp_path):
     assert r.returncode == 2
     assert "master.zk" in r.stderr and "a path is required" in r.stderr
     cfg = tmp_path / "m.toml"
-    cfg.write_text('[master]\nzk = "zk://127.0.0.1:1/mezzo"\nlisten = "127.0.0.1:0"\nzk_session_timeout = 2.0\n')
+    cfg.write_text('[master]\nzk = "zk://127.0.0.1:1/mezzo"\nlisten = "127.0.0.1:0"\nzk_session_timeout = 1.0\n')
     r = mezzo("master", "--config", str(cfg), timeout=60)
     assert r.returncode == 2
     assert "master.zk" in r.stderr and "cannot reach ZooKeeper at 127.0.0.1:1" in r.stderr
@@ -70,5 +70,5 @@ def test_master_names_a_bad_zk_url_and_an_unreachable_zookeeper(tmp_path):
 def test_agent_and_state_name_a_bad_master_url():
     r = mezzo("agent", "--master", "zk://nohost/mezzo", timeout=30)
     assert r.returncode == 2 and "agent.master" in r.stderr and "is not HOST:PORT" in r.stderr
-    r = mezzo("state", "--master", "zk://127.0.0.1:1/mezzo", "--timeout", "2", timeout=30)
+    r = mezzo("state", "--master", "zk://127.0.0.1:1/mezzo", "--timeout", "1", timeout=30)
     assert r.returncode != 0 and "cannot reach ZooKeeper" in r.stderr
