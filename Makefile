@@ -65,9 +65,10 @@ hooks-doc:
 thrift:
 	thrift/generate.sh
 
-# Every benchmark, each rewriting its section of docs/benchmarks.md (about an hour).
+# Every benchmark, each rewriting its section of docs/benchmarks.md (several hours on 2 cores:
+# the §6.1 macrobenchmark and Fig. 9 take about 35 and 25 minutes).
 bench: setup
-	$(PY) -m pip install -q matplotlib  # the plots (Fig. 10, ramp-up, §4.3, Fig. 8)
+	$(PY) -m pip install -q matplotlib  # the plots (Fig. 10, ramp-up, §4.3, Figs. 5-9)
 	$(PY) bench/allocation_cycle.py
 	$(PY) bench/fig10.py
 	$(PY) bench/throughput.py
@@ -84,6 +85,15 @@ bench: setup
 	$(PY) bench/revocation_check.py
 	$(PY) bench/cli_latency.py
 	$(PY) bench/queue_throughput.py
+	$(PY) bench/capacity.py
+	$(PY) bench/overload.py
+	$(PY) bench/message_stalls.py
+	$(PY) bench/http_polling.py
+	$(PY) bench/tls_cost.py
+	$(PY) bench/task_cost.py
+	$(PY) bench/v1_cost.py
+	$(PY) bench/fig9.py
+	$(PY) bench/macrobenchmark.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup

@@ -163,6 +163,17 @@ def test_both_ways_give_the_same_weights_and_the_cached_way_reads_each_partition
     assert not executors, "the cached way's executors ended with its framework"
 
 
+def test_task_seconds_make_every_task_last_that_long_and_change_no_answer(make_cluster, dataset):
+    # --task-seconds stands for a heavier model (the macrobenchmark's Spark jobs): each
+    # task waits out the rest of it after computing, so no iteration is shorter.
+    data, parts = dataset
+    cluster = make_cluster(2, agent_resources="cpus:2;mem:2048", master={"allocation_interval": 0.05})
+    jobs = [run(cluster.master, data, mode, 2, "--task-seconds", "0.6") for mode in ("cached", "mapreduce")]
+    for result in map(result_of, jobs):
+        assert result["weights"] == reference_weights(parts, 2)
+        assert all(s >= 0.6 for s in result["iteration_seconds"]), result["iteration_seconds"]
+
+
 def test_a_killed_executors_partitions_are_loaded_again_and_the_job_carries_on(make_cluster, dataset):
     data, parts = dataset
     cluster = make_cluster(2, agent_resources="cpus:2;mem:2048", master={"allocation_interval": 0.05})

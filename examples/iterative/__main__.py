@@ -53,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
             per_task,
             executor_resources=Resources(cpus=0.1, mem=args.executor_mem),
             delay=args.delay,
+            task_seconds=args.task_seconds,
         )
     else:
-        scheduler = MapReduceScheduler(partitions, args.iterations, per_task)
+        scheduler = MapReduceScheduler(partitions, args.iterations, per_task, task_seconds=args.task_seconds)
     mezzo.log.configure("warning")
     driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=f"lr-{args.mode}"), args.master)
     driver.start()
@@ -94,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument(
         "--delay", type=float, default=1.0, help="seconds a task waits for its partition's executor"
     )
+    go.add_argument(
+        "--task-seconds",
+        type=float,
+        default=0.0,
+        help="each task takes at least this long, standing for a heavier model (default 0)",
+    )
     go.add_argument("--timeout", type=float, default=3600.0)
     args = p.parse_args(argv)
     if args.command == "prepare":
@@ -102,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return prepare(args)
     if args.iterations < 1:
         p.error("--iterations: at least 1")
+    if not args.task_seconds >= 0:
+        p.error(f"--task-seconds: at least 0, not {args.task_seconds:g}")
     return run(args)
 
 

@@ -13,6 +13,7 @@ Reading a partition is what Hadoop does at every iteration: read the text and pa
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,3 +83,11 @@ def gradient(points: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.
     margins = labels * (points @ weights)
     scale = (1.0 / (1.0 + np.exp(-margins)) - 1.0) * labels
     return points.T @ scale
+
+
+def wait_out(spec: dict, started: float) -> None:
+    """Sleep until ``spec["work"]`` seconds (if given) have passed since ``started``
+    (``time.monotonic()``): a task stands for a heavier computation than its own."""
+    left = float(spec.get("work", 0.0)) - (time.monotonic() - started)
+    if left > 0:
+        time.sleep(left)

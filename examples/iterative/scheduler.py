@@ -62,8 +62,14 @@ class Result:
 class IterativeScheduler(mezzo.Scheduler):
     """What both ways share: the iterations, the gradients, the weights, retries."""
 
-    def __init__(self, partitions: list[Partition], iterations: int, per_task: Resources) -> None:
+    def __init__(
+        self, partitions: list[Partition], iterations: int, per_task: Resources, *, task_seconds: float = 0.0
+    ) -> None:
         self.partitions = partitions
+        self.task_seconds = task_seconds
+        """Each task takes at least this long (it waits out the rest after computing): a
+        small data set then has the task length of a heavier model (the ALS jobs of the
+        paper's §6.1), without the CPU this machine would need to compute one."""
         self.iterations = iterations
         self.per_task = per_task
         self.points = sum(p.rows for p in partitions)
@@ -89,7 +95,10 @@ class IterativeScheduler(mezzo.Scheduler):
         self.started_at = now
 
     def task_spec(self, part: Partition) -> bytes:
-        return json.dumps({"partition": asdict(part), "weights": self.weights.tolist()}).encode()
+        spec = {"partition": asdict(part), "weights": self.weights.tolist()}
+        if self.task_seconds > 0:
+            spec["work"] = self.task_seconds
+        return json.dumps(spec).encode()
 
     def task_id(self, part: int) -> str:
         attempt = self.attempts.get(part, 0)
@@ -226,8 +235,9 @@ class CachedScheduler(IterativeScheduler):
         *,
         executor_resources: Resources,
         delay: float = 1.0,
+        task_seconds: float = 0.0,
     ) -> None:
-        super().__init__(partitions, iterations, per_task)
+        super().__init__(partitions, iterations, per_task, task_seconds=task_seconds)
         self.executor = ExecutorInfo(
             executor_id=self.EXECUTOR_ID,
             name="iterative cache",

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 
-from .data import Partition, gradient, parse
+from .data import Partition, gradient, parse, wait_out
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()
     spec = json.loads(argv[0])
     part = Partition(**spec["partition"])
     points, labels = parse(part.path, part.dims)
     g = gradient(points, labels, np.asarray(spec["weights"], dtype=float))
+    wait_out(spec, started)
     print(json.dumps({"gradient": g.tolist()}))
     return 0
 
