@@ -90,12 +90,14 @@ SCALING = (
     "counts cut to fit 8 slots ({bins} maps+reduces for bins 1-8), maps of {map_s} s, reduces of "
     "{reduce_s} s on average, exponential inter-arrivals of mean {fb_gap:g} s (paper: 14 s over 25 min). "
     "*Large mix*: {large_jobs} text-search jobs of {large_maps} maps of {large_seconds:g} s, each "
-    "submitted as the previous one ends (paper: ten jobs of 2,400 tasks). *Spark*: {spark_jobs} "
+    "submitted as the previous one ends (paper: ten jobs of 2,400 tasks, about twice as long in a "
+    "partition as the other workloads; twice as many jobs here keep that ratio). *Spark*: {spark_jobs} "
     "logistic-regression jobs of {spark_iterations} iterations over {spark_partitions} cached partitions, "
     "each task standing for {spark_task:g} s of work (paper: five ALS jobs), {spark_gap:g} s apart "
     "(paper: 2 minutes). *Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
     "ranks (paper: 24), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
-    "261 s and 822 s in a partition), submitted at fixed times, one running at a time."
+    "261 s and 822 s in a partition), submitted {mpi_spacing:g} s apart, one running at a time; a gang "
+    "holds offers up to {mpi_hold:g} s before it gives them back and tries again later."
 )
 
 
@@ -307,7 +309,7 @@ class TorqueWorkload(Workload):
                 self.args.mpi_ranks,
                 MPI_RANK,
                 localhost="127.0.0.1",
-                hold_timeout=5.0,
+                hold_timeout=self.args.mpi_hold * self.args.time_scale,
                 output=io.StringIO(),
             )
             info = FrameworkInfo(name=self.name, user=getpass.getuser())
@@ -650,6 +652,8 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         mpi_ranks=args.mpi_ranks,
         mpi_small_s=args.mpi_small_s * args.time_scale,
         mpi_large_s=args.mpi_large_s * args.time_scale,
+        mpi_spacing=args.mpi_spacing * args.time_scale,
+        mpi_hold=args.mpi_hold * args.time_scale,
     )
     fine_ok = all(s >= 1.0 for _, s in verdicts)
     lines = [
@@ -757,10 +761,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agents", type=int, default=8, help="a multiple of 4 (default 8)")
     p.add_argument("--agent-cpus", type=float, default=4.0)
     p.add_argument("--agent-mem", type=float, default=15360.0)
-    p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every duration (default 1)")
+    p.add_argument(
+        "--time-scale", type=float, default=0.6, help="multiplies every duration given below (default 0.6)"
+    )
     p.add_argument("--fb-jobs", type=int, default=100)
     p.add_argument("--fb-gap", type=float, default=3.0, help="mean seconds between Facebook jobs (default 3)")
-    p.add_argument("--large-jobs", type=int, default=10)
+    p.add_argument("--large-jobs", type=int, default=20)
     p.add_argument("--large-maps", type=int, default=60)
     p.add_argument("--large-seconds", type=float, default=4.0)
     p.add_argument("--spark-jobs", type=int, default=5)
@@ -775,6 +781,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mpi-ranks", type=int, default=8)
     p.add_argument("--mpi-small-s", type=float, default=15.0)
     p.add_argument("--mpi-large-s", type=float, default=45.0)
+    p.add_argument(
+        "--mpi-hold",
+        type=float,
+        default=10.0,
+        help="seconds an MPI gang holds offers before it gives them back",
+    )
     p.add_argument("--mpi-spacing", type=float, default=30.0, help="seconds between MPI submissions")
     p.add_argument("--delay", type=float, default=0.5, help="the Hadoop frameworks' delay scheduling wait")
     p.add_argument("--sample", type=float, default=1.0, help="seconds between samples of the masters' state")
@@ -797,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(
             f"--mpi-ranks: {args.mpi_ranks} ranks do not fit a quarter's {(args.agents // 4) * args.agent_cpus:g} cpus"
         )
+    if not 0 < args.mpi_hold * args.time_scale < 30:
+        p.error("--mpi-hold: times --time-scale, between 0 and the master's offer_timeout of 30 s")
     if args.runs < 1 or args.time_scale <= 0:
         p.error("--runs must be at least 1 and --time-scale above 0")
     mezzo.log.configure("warning")
