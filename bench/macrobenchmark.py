@@ -93,7 +93,8 @@ SCALING = (
     "submitted as the previous one ends (paper: ten jobs of 2,400 tasks, about twice as long in a "
     "partition as the other workloads; twice as many jobs here keep that ratio). *Spark*: {spark_jobs} "
     "logistic-regression jobs of {spark_iterations} iterations over {spark_partitions} cached partitions, "
-    "each task standing for {spark_task:g} s of work (paper: five ALS jobs), {spark_gap:g} s apart "
+    "each task standing for {spark_task:g} s of work and waiting up to {spark_delay:g} s for the executor "
+    "holding its partition (paper: five ALS jobs), {spark_gap:g} s apart "
     "(paper: 2 minutes). *Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
     "ranks (paper: 24), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
     "261 s and 822 s in a partition), submitted {mpi_spacing:g} s apart, one running at a time; a gang "
@@ -255,7 +256,7 @@ class SparkWorkload(Workload):
                 args.spark_iterations,
                 SPARK_TASK,
                 executor_resources=Resources(mem=args.spark_executor_mem),
-                delay=1.0,
+                delay=args.spark_delay * args.time_scale,
                 task_seconds=args.spark_task * args.time_scale,
             )
             driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=self.name), self.master)
@@ -647,6 +648,7 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         spark_partitions=args.spark_partitions,
         spark_task=args.spark_task * args.time_scale,
         spark_gap=args.spark_gap * args.time_scale,
+        spark_delay=args.spark_delay * args.time_scale,
         mpi_small=args.mpi_small,
         mpi_large=args.mpi_large,
         mpi_ranks=args.mpi_ranks,
@@ -775,6 +777,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spark-rows", type=int, default=20_000)
     p.add_argument("--spark-task", type=float, default=2.0, help="seconds each Spark task stands for")
     p.add_argument("--spark-gap", type=float, default=24.0)
+    p.add_argument(
+        "--spark-delay",
+        type=float,
+        default=0.5,
+        help="seconds a Spark task waits for the executor caching its partition (default 0.5)",
+    )
     p.add_argument("--spark-executor-mem", type=float, default=3072.0)
     p.add_argument("--mpi-small", type=int, default=6)
     p.add_argument("--mpi-large", type=int, default=2)
