@@ -57,6 +57,9 @@ struct AgentInfo {
   3: i32 port,
   4: Resources resources,
   5: map<string, string> attributes,
+  /** HOST:PORT where peers reach the agent (agent.advertise). Empty: the master takes
+      the address the agent's connection comes from, with ``port``. */
+  6: string address = "",
 }
 
 struct Offer {

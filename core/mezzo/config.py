@@ -214,6 +214,11 @@ class AgentHttpConfig:
 class MasterConfig:
     listen: str = "127.0.0.1:5050"
     """Address the master binds."""
+    advertise: str = ""
+    """``HOST`` or ``HOST:PORT`` that agents, frameworks and tools dial to reach this
+    master, published in ZooKeeper and in redirects; the port defaults to the bound
+    one. Empty: the bound address, or this machine's fully qualified name when
+    ``listen`` is a wildcard (``0.0.0.0``)."""
     allocation_interval: float = 0.1
     """Seconds over which allocation triggers are batched into one cycle."""
     offer_timeout: float = 30.0
@@ -323,6 +328,11 @@ class AgentConfig:
     """The master to register with."""
     listen: str = "127.0.0.1:5051"
     """Address the agent binds (executors connect here)."""
+    advertise: str = ""
+    """``HOST`` or ``HOST:PORT`` where peers reach this agent (its HTTP API, its files),
+    as the master shows it; the port defaults to the bound one. Empty: the bound
+    address, or, when ``listen`` is a wildcard, the address its connection to the
+    master comes from."""
     hostname: str = ""
     """Name reported to the master; empty = this machine's hostname."""
     resources: str = ""

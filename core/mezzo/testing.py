@@ -243,9 +243,10 @@ class LocalProcessCluster:
 
     def leader(self, timeout: float = 15.0) -> str:
         """The name of the master leading now (it answers ``mezzo state`` as leader)."""
-        by_address = {f"127.0.0.1:{port}": n for n, port in self.master_ports.items()}
+        # By port: a master may advertise another host than the one it bound.
+        by_port = {port: n for n, port in self.master_ports.items()}
         state = self._wait(lambda s: s["master"]["leading"], "a master to lead", timeout)
-        return by_address[state["master"]["address"]]
+        return by_port[int(state["master"]["address"].rpartition(":")[2])]
 
     def start_agent(self, i: int) -> None:
         work = self.dir / f"agent-{i}"

@@ -94,6 +94,7 @@ from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, load_plugins
 from ..resources import InvalidResources, Resources
 from ..rpc import Connection, ConnectionLimiter, Listener, client_tls, parse_address, serve, server_tls
+from ..rpc.address import WILDCARDS, dialable_address, join_address
 from ..rpc.listener import listen_error
 from ..services import AGENT, EXECUTOR, MASTER
 from ..task_user import task_user
@@ -179,6 +180,11 @@ class Agent:
             peer_address(config.master, DEFAULT_MASTER_PORT)
         except ValueError as exc:
             raise ConfigError("agent.master", str(exc)) from None
+        if config.advertise:
+            try:
+                dialable_address(config.advertise, DEFAULT_AGENT_PORT)
+            except ValueError as exc:
+                raise ConfigError("agent.advertise", str(exc)) from None
         self.switches_users = switches_users(config.switch_user)
         """Tasks and executors run as their unix users (``agent.switch_user``, and the agent
         is root); otherwise as the agent's own user."""
@@ -198,6 +204,10 @@ class Agent:
         """``host:port`` the agent actually bound (after start())."""
         self.endpoint = ""
         """``host:port`` executors dial (the bound address; loopback for a wildcard bind)."""
+        self.advertised = ""
+        """``host:port`` peers reach the agent at, sent to the master (``agent.advertise``,
+        else the bound address); empty for a wildcard bind without ``agent.advertise``:
+        the master then takes the address the agent's connection comes from."""
         self.hostname = agent_hostname(config.hostname)
         self.port = 0
         self.resources = Resources()
@@ -282,9 +292,13 @@ class Agent:
         self._server = await self._bind(host, port, state.port)
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
-        self.address = _join(bound[0], self.port)
-        wildcard = bound[0] in ("0.0.0.0", "::", "")
-        self.endpoint = _join("127.0.0.1" if wildcard else bound[0], self.port)
+        self.address = join_address(bound[0], self.port)
+        wildcard = bound[0] in WILDCARDS
+        self.endpoint = join_address("127.0.0.1" if wildcard else bound[0], self.port)
+        if config.advertise:
+            self.advertised = dialable_address(config.advertise, self.port)
+        elif not wildcard:
+            self.advertised = self.address
         self.checkpoint.begin(self.port, self.agent_id)
         self._link = MasterLink(
             config.master,
@@ -611,6 +625,7 @@ class Agent:
             port=self.port,
             resources=self.resources,
             attributes=dict(self.config.attributes),
+            address=self.advertised,
         )
 
     def _master_connected(self, conn: Connection) -> None:
@@ -1073,7 +1088,3 @@ def _grace_of(kill: KillPolicy | None) -> float | None:
     if isinstance(grace, (int, float)) and not isinstance(grace, bool) and 0 <= grace < float("inf"):
         return float(grace)
     return None
-
-
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

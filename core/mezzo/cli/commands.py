@@ -131,6 +131,7 @@ def master(args: argparse.Namespace) -> int:
         args,
         {
             "master.listen": args.listen,
+            "master.advertise": args.advertise,
             "master.zk": args.zk,
             "master.allocator.name": args.allocator,
             "master.allocation_interval": args.allocation_interval,
@@ -145,7 +146,9 @@ def master(args: argparse.Namespace) -> int:
 
 def agent(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
-    overrides.update({"agent.master": args.master, "agent.listen": args.listen})
+    overrides.update(
+        {"agent.master": args.master, "agent.listen": args.listen, "agent.advertise": args.advertise}
+    )
     cfg = _load(args, overrides)
     from ..agent import Agent
     from ..plugins import load_plugins

@@ -190,6 +190,12 @@ def _master_arguments(p: argparse.ArgumentParser) -> None:
         "--listen", metavar="HOST:PORT", help="address to bind (TOML master.listen; default 127.0.0.1:5050)"
     )
     p.add_argument(
+        "--advertise",
+        metavar="HOST[:PORT]",
+        help="address others dial to reach this master, published in ZooKeeper (TOML master.advertise; "
+        "default: the bound address)",
+    )
+    p.add_argument(
         "--zk",
         metavar="zk://HOST:PORT/PATH",
         help="contend for leadership with the other masters registered there; standby until elected "
@@ -226,6 +232,12 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         "--listen",
         metavar="HOST:PORT",
         help="address to bind for executors (TOML agent.listen; default 127.0.0.1:5051)",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="HOST[:PORT]",
+        help="address peers reach this agent at, as the master shows it (TOML agent.advertise; "
+        "default: the bound address, or for a wildcard bind the one it dials the master from)",
     )
     p.set_defaults(func="agent")
 

@@ -39,7 +39,7 @@ import structlog
 from ..acls import View
 from ..builtin import AgentListFilter, MinFreeFilter
 from ..config import MasterConfig, TlsConfig, parse_min_offer
-from ..errors import MezzoError
+from ..errors import ConfigError, MezzoError
 from ..heap import GC_PAUSES, tune_gc
 from ..http.link import http_handoff
 from ..http.master_api import master_app
@@ -48,6 +48,7 @@ from ..http.server import HttpServer
 from ..plugin_guard import PluginGuard
 from ..plugins import Plugins, check_settings_tables
 from ..rpc import TRAFFIC, ConnectionLimiter, Listener, parse_address, serve, server_tls
+from ..rpc.address import WILDCARDS, dialable_address, join_address
 from ..rpc.codec import Utf8Text
 from ..rpc.listener import listen_error
 from ..services import MASTER
@@ -105,6 +106,11 @@ class Master:
         self._server_tls = (
             server_tls(self.tls) if self.tls is not None else None
         )  # ConfigError now, not at start
+        if config.advertise:
+            try:
+                dialable_address(config.advertise, 5050)  # ConfigError now, not at start
+            except ValueError as exc:
+                raise ConfigError("master.advertise", str(exc)) from None
         self.plugins = plugins
         self.clock: Clock = clock if clock is not None else LoopClock()
         self.outbox: Outbox = outbox if outbox is not None else ConnectionOutbox()
@@ -331,10 +337,13 @@ class Master:
                 await self._http.stop()
             raise listen_error("master.listen", host, port, exc) from None
         bound = self._server.sockets[0].getsockname()
-        self.address = f"{bound[0]}:{bound[1]}"
-        if bound[0] in ("0.0.0.0", "::", ""):
-            # What others must dial, published in ZooKeeper and sent to schedulers.
-            self.address = f"{socket.getfqdn()}:{bound[1]}"
+        # What others must dial, published in ZooKeeper and sent to schedulers.
+        if self.config.advertise:
+            self.address = dialable_address(self.config.advertise, bound[1])
+        elif bound[0] in WILDCARDS:
+            self.address = join_address(socket.getfqdn(), bound[1])
+        else:
+            self.address = join_address(bound[0], bound[1])
         tune_gc()
         log.info(
             "master started",

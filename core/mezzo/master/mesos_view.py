@@ -334,7 +334,7 @@ def agent_body(a: AgentRecord) -> dict[str, Any]:
     offered = sum_of(o.resources for o in a.offers.values())
     return {
         "id": a.id,
-        "pid": f"slave(1)@{a.info.hostname}:{a.info.port}",
+        "pid": f"slave(1)@{a.info.address or f'{a.info.hostname}:{a.info.port}'}",
         "hostname": a.info.hostname,
         "port": a.info.port,
         "registered_time": a.registered_at,

@@ -39,6 +39,7 @@ import structlog
 
 from ..acls import PERMISSIVE, Acls, View
 from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
+from ..rpc.address import dialable_address, join_address
 from ..rpc.codec import Utf8Text
 from ..services import AGENT, SCHEDULER, TOOL
 from ..wire.ttypes import (
@@ -443,6 +444,11 @@ class MasterService:
         if not isinstance(agent.port, int) or not 0 < agent.port < 65536:
             remote.error(f"{call}: AgentInfo.port {agent.port!r} is not a valid port")
             return None
+        try:
+            agent.address = agent_address(agent.address, conn.peer, agent.port)
+        except ValueError as exc:
+            remote.error(f"{call}: AgentInfo.address: {exc}")
+            return None
         problem = wire_ranges_problem(agent.resources, f"{call}: resources")
         if problem is not None:
             remote.error(problem)
@@ -735,3 +741,20 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:40]} is too large a number")
     return value
+
+
+MAX_ADDRESS_CHARS = 300
+"""Longest ``AgentInfo.address`` accepted: a DNS name (253) and a port, with room."""
+
+
+def agent_address(claimed: object, peer: str, port: int) -> str:
+    """Where peers reach an agent: the address it advertises (``claimed``, checked), or
+    else the host its connection comes from (``peer``, ``"host:port"`` or ``"?"``) with
+    its ``port``; ``""`` when neither is known. Raises :class:`ValueError` saying what is
+    wrong with a claimed address."""
+    if claimed:
+        if not isinstance(claimed, str) or len(claimed) > MAX_ADDRESS_CHARS:
+            raise ValueError(f"not HOST:PORT of at most {MAX_ADDRESS_CHARS} characters")
+        return dialable_address(claimed, port)
+    host = peer.rpartition(":")[0]
+    return join_address(host, port) if host else ""

@@ -61,6 +61,7 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
                 "id": a.id,
                 "hostname": a.info.hostname,
                 "port": a.info.port,
+                "address": a.info.address,
                 "connected": a.connected,
                 "drain": a.drain.shown(a) if a.drain is not None else None,
                 "attributes": dict(a.info.attributes or {}),

@@ -31,3 +31,27 @@ def parse_address(text: str, default_port: int) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ValueError(f"bad address {text!r}: port {port} is out of range")
     return host, port
+
+
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+"""Hosts a server binds to listen everywhere; no peer can dial them."""
+
+
+def join_address(host: str, port: int) -> str:
+    """``(host, port)`` written as peers dial it: IPv6 hosts in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def dialable_address(text: str, default_port: int) -> str:
+    """An address to advertise (``HOST`` or ``HOST:PORT``), checked and written whole.
+
+    Raises :class:`ValueError` saying what is wrong: a port that is not a number in
+    1-65535, or a wildcard host (``0.0.0.0``, ``::``), which no peer can dial.
+    """
+    stripped = text.strip()
+    host, port = parse_address(stripped, default_port)
+    if stripped.startswith(":") or host in WILDCARDS:
+        raise ValueError(f"{text!r} names no host peers can dial (a wildcard or empty host)")
+    if port == 0:
+        raise ValueError(f"{text!r}: port 0 cannot be dialled")
+    return join_address(host, port)

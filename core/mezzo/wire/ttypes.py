@@ -369,6 +369,8 @@ class AgentInfo(object):
      - port
      - resources
      - attributes
+     - address: HOST:PORT where peers reach the agent (agent.advertise). Empty: the master takes
+    the address the agent's connection comes from, with ``port``.
 
     """
 
@@ -378,15 +380,17 @@ class AgentInfo(object):
         'port',
         'resources',
         'attributes',
+        'address',
     )
 
 
-    def __init__(self, agent_id="", hostname=None, port=None, resources=None, attributes=None,):
+    def __init__(self, agent_id="", hostname=None, port=None, resources=None, attributes=None, address="",):
         self.agent_id = agent_id
         self.hostname = hostname
         self.port = port
         self.resources = resources
         self.attributes = attributes
+        self.address = address
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -429,6 +433,11 @@ class AgentInfo(object):
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRING:
+                    self.address = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -462,6 +471,10 @@ class AgentInfo(object):
                 oprot.writeString(kiter32.encode('utf-8') if sys.version_info[0] == 2 else kiter32)
                 oprot.writeString(viter33.encode('utf-8') if sys.version_info[0] == 2 else viter33)
             oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.address is not None:
+            oprot.writeFieldBegin('address', TType.STRING, 6)
+            oprot.writeString(self.address.encode('utf-8') if sys.version_info[0] == 2 else self.address)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1678,6 +1691,7 @@ AgentInfo.thrift_spec = (
     (3, TType.I32, 'port', None, None, ),  # 3
     (4, TType.STRUCT, 'resources', [Resources, None], None, ),  # 4
     (5, TType.MAP, 'attributes', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 5
+    (6, TType.STRING, 'address', 'UTF8', "", ),  # 6
 )
 all_structs.append(Offer)
 Offer.thrift_spec = (
