@@ -88,7 +88,9 @@ SCALING = (
     "{quarter} agent(s); durations about 5x shorter than the paper's{scaled}. "
     "*Facebook mix*: {fb_jobs} jobs in Table 3's eight bins (paper: 100), each bin's map and reduce "
     "counts cut to fit 8 slots ({bins} maps+reduces for bins 1-8), maps of {map_s} s, reduces of "
-    "{reduce_s} s on average, exponential inter-arrivals of mean {fb_gap:g} s (paper: 14 s over 25 min). "
+    "{reduce_s} s on average, exponential inter-arrivals of mean {fb_gap:g} s (paper: 14 s over 25 min); "
+    "both Hadoop frameworks share their slots fairly between their jobs and wait up to {hadoop_delay:g} s "
+    "for a node-local slot. "
     "*Large mix*: {large_jobs} text-search jobs of {large_maps} maps of {large_seconds:g} s, each "
     "submitted as the previous one ends (paper: ten jobs of 2,400 tasks, about twice as long in a "
     "partition as the other workloads; twice as many jobs here keep that ratio). *Spark*: {spark_jobs} "
@@ -190,21 +192,25 @@ class HadoopWorkload(Workload):
             for at, spec in plan:
                 if at is not None and not self.sleep_until(at):
                     return
-                if at is None and submitted and not self._wait(ended):
+                if at is None and submitted and not self._wait(ended, scheduler):
                     return
                 submitted.append((scheduler.submit(spec), self.now()))
             while len(scheduler.completed) < len(plan):
-                if not self._wait(ended):
+                if not self._wait(ended, scheduler):
                     return
         finally:
             driver.stop()
             driver.join()
             for i, (job, at) in enumerate(submitted):
                 finished = None if job.finished_at is None else at + (job.finished_at - job.submitted_at)
-                self.records.append(JobRecord(self.name, job.kind, i, at, finished))
+                self.records.append(JobRecord(self.name, job.kind, i, at, finished, ok=finished is not None))
 
-    def _wait(self, ended: threading.Semaphore) -> bool:
+    def _wait(self, ended: threading.Semaphore, scheduler: FairJobsScheduler) -> bool:
+        """Until a job ends (True), or the workload is stopped (False); raises when the
+        driver aborted (no job will end then)."""
         while not ended.acquire(timeout=0.5):
+            if scheduler.failed is not None:
+                raise RuntimeError(f"the {self.name} framework's driver aborted: {scheduler.failed}")
             if self.stopping.is_set():
                 return False
         return True
@@ -266,10 +272,10 @@ class SparkWorkload(Workload):
                 while not scheduler.done.wait(0.5):
                     if self.stopping.is_set():
                         return
+                record.finished = self.now()  # the last answer came: teardown is not the job's
             finally:
                 driver.stop()
                 driver.join()
-            record.finished = self.now()
             record.ok, record.note = scheduler.result.ok, scheduler.result.message
             if not record.ok:
                 raise RuntimeError(f"spark job {i + 1}: {record.note}")
@@ -289,10 +295,11 @@ class TorqueWorkload(Workload):
         """(submission time, kind, seconds each rank sleeps), in submission order."""
         args = self.args
         jobs = args.mpi_small + args.mpi_large
-        # The large jobs spread over the second half (second to last, fifth to last, ...).
+        # The large jobs second to last, fifth to last, ... (then any place still small).
         kinds = ["small"] * jobs
-        for k in range(args.mpi_large):
-            kinds[max(0, jobs - 2 - 3 * k)] = "large"
+        places = [i for i in range(jobs - 2, -1, -3)] + [i for i in range(jobs - 1, -1, -1)]
+        for i in list(dict.fromkeys(places))[: args.mpi_large]:
+            kinds[i] = "large"
         seconds = {"small": args.mpi_small_s, "large": args.mpi_large_s}
         return [
             (i * args.mpi_spacing * args.time_scale, kind, seconds[kind] * args.time_scale)
@@ -321,12 +328,12 @@ class TorqueWorkload(Workload):
                 while not scheduler.done.wait(0.5):
                     if self.stopping.is_set():
                         return
+                record.finished = self.now()  # mpiexec and the ranks are done: teardown is not the job's
             finally:
                 driver.stop()
                 driver.join()
                 if scheduler.stopper is not None:
                     scheduler.stopper.join()
-            record.finished = self.now()
             outcome = scheduler.outcome
             record.ok = outcome is not None and outcome.ok
             gathered = outcome.gathered_in if outcome is not None else None
@@ -641,6 +648,7 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         map_s=spread(b.map_seconds * args.time_scale for b, _ in FACEBOOK_BINS),
         reduce_s=spread(b.reduce_seconds * args.time_scale for b, _ in FACEBOOK_BINS if b.reduces),
         fb_gap=args.fb_gap * args.time_scale,
+        hadoop_delay=args.delay,
         large_jobs=args.large_jobs,
         large_maps=args.large_maps,
         large_seconds=args.large_seconds * args.time_scale,
@@ -688,7 +696,7 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         f"partition ({', '.join(f'{f} {s:.2f}x' for f, s in verdicts)})",
         f"- jobs failed: {failures}" + (f"; errors: {errors}" if errors else ""),
     ]
-    if not args.quick and plot(results[-1], capacity_cpus, capacity_mem):
+    if not args.quick and not args.no_write and plot(results[-1], capacity_cpus, capacity_mem):
         lines += [
             "",
             f"Figures of run {results[-1].run}: ![Figure 5](macro-fig5.png) ![Figure 6](macro-fig6.png) "
@@ -766,7 +774,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agent-cpus", type=float, default=4.0)
     p.add_argument("--agent-mem", type=float, default=15360.0)
     p.add_argument(
-        "--time-scale", type=float, default=0.6, help="multiplies every duration given below (default 0.6)"
+        "--time-scale",
+        type=float,
+        default=0.6,
+        help="multiplies every duration given below but --delay (default 0.6)",
     )
     p.add_argument("--fb-jobs", type=int, default=100)
     p.add_argument("--fb-gap", type=float, default=3.0, help="mean seconds between Facebook jobs (default 3)")
@@ -803,7 +814,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds an MPI gang holds offers before it gives them back",
     )
     p.add_argument("--mpi-spacing", type=float, default=30.0, help="seconds between MPI submissions")
-    p.add_argument("--delay", type=float, default=0.5, help="the Hadoop frameworks' delay scheduling wait")
+    p.add_argument(
+        "--delay",
+        type=float,
+        default=0.5,
+        help="seconds a Hadoop job waits for a node-local slot (default 0.5, not scaled)",
+    )
     p.add_argument("--sample", type=float, default=1.0, help="seconds between samples of the masters' state")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -817,7 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fb_jobs, args.large_jobs, args.large_maps = 8, 2, 8
         args.spark_jobs, args.spark_iterations, args.spark_partitions, args.spark_rows = 2, 2, 4, 500
         args.spark_executor_mem, args.mpi_small, args.mpi_large, args.mpi_ranks = 1024.0, 1, 1, 4
-        args.mpi_spacing, args.sample, args.timeout = 10.0, 0.5, 300.0
+        args.mpi_spacing, args.sample, args.timeout = 10.0, 0.5, 100.0
     if args.agents % 4 or args.agents < 4:
         p.error(f"--agents: a multiple of 4 (a quarter each when static), not {args.agents}")
     if args.mpi_ranks > (args.agents // 4) * args.agent_cpus:

@@ -53,6 +53,14 @@ def test_an_advertised_address_is_written_whole(text: str, expected: str) -> Non
         ("10.0.0.5:0", "port 0"),
         ("10.0.0.5:70000", "out of range"),
         ("10.0.0.5:http", "not a number"),
+        ("   ", "the host is empty"),
+        ("[]:7000", "the host is empty"),
+        ("::0", "wildcard"),
+        ("[fd00::5]7000", "is not \\[IPv6\\]"),
+        ("[fd00::5", "is not \\[IPv6\\]"),
+        ("10.0.0.5 :7000", "neither an IP address nor a DNS name"),
+        ("300.1.1.1", "neither an IP address nor a DNS name"),
+        ("a" * 254, "neither an IP address nor a DNS name"),
     ],
 )
 def test_an_address_no_peer_can_dial_is_refused_naming_why(text: str, words: str) -> None:
@@ -65,6 +73,11 @@ def test_the_master_takes_an_agents_claim_or_else_where_its_connection_came_from
     assert agent_address("", "10.0.0.9:41234", 5051) == "10.0.0.9:5051"
     assert agent_address("", "::1:41234", 5051) == "[::1]:5051"
     assert agent_address("", "?", 5051) == ""
+    assert agent_address("  ", "10.0.0.9:41234", 5051) == "10.0.0.9:5051"  # blank: not given
+    # An agent bound to loopback (the default) is reached at its machine's address...
+    assert agent_address("127.0.0.1:5051", "10.0.0.9:41234", 5051) == "10.0.0.9:5051"
+    # ...unless its connection comes from loopback too: then the claim is right.
+    assert agent_address("127.0.0.2:6000", "127.0.0.1:41234", 5051) == "127.0.0.2:6000"
     for hostile in ("x" * (MAX_ADDRESS_CHARS + 1), "0.0.0.0", 12345):
         with pytest.raises(ValueError):
             agent_address(hostile, "10.0.0.9:41234", 5051)

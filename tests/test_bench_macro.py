@@ -4,6 +4,7 @@ verdicts printed. What its figures say is for the full run (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -40,4 +41,4 @@ def test_macrobenchmark_at_a_toy_size_plays_all_four_workloads_both_ways():
         assert f"| {title} |" in out
     assert "selection (1)" in out and "small MPI" in out and "large MPI" in out
     assert "- jobs failed: 0" in out
-    assert "utilisation higher when shared" in out
+    assert re.search(r"cpus \d+% shared vs \d+% static, memory \d+% vs \d+%", out), out

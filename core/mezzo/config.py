@@ -331,8 +331,8 @@ class AgentConfig:
     advertise: str = ""
     """``HOST`` or ``HOST:PORT`` where peers reach this agent (its HTTP API, its files),
     as the master shows it; the port defaults to the bound one. Empty: the bound
-    address, or, when ``listen`` is a wildcard, the address its connection to the
-    master comes from."""
+    address; the master puts the host the agent's connection comes from in place of a
+    wildcard, and of a loopback address when the connection comes from elsewhere."""
     hostname: str = ""
     """Name reported to the master; empty = this machine's hostname."""
     resources: str = ""

@@ -46,6 +46,7 @@ import structlog
 from aiohttp import web
 
 from .. import __version__
+from ..rpc.address import parse_address
 from ..v1 import translate
 from ..v1.scheduler_stream import SchedulerStream
 from ..wire.ttypes import TaskState, TaskStatus
@@ -281,8 +282,11 @@ class SchedulerApi:
         return response
 
     def _master_info(self, address: str) -> dict[str, Any]:
-        host, _, port = address.rpartition(":")
-        return translate.master_info(self._master.id, host, int(port) if port.isdigit() else 0, __version__)
+        try:
+            host, port = parse_address(address, 0)  # an IPv6 host without its brackets
+        except ValueError:
+            host, port = address, 0
+        return translate.master_info(self._master.id, host, port, __version__)
 
     # -- the other calls -----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__, is_terminal, state_name
 from ..acls import FULL_VIEW, View
 from ..resources import Resources
+from ..rpc.address import parse_address
 from ..task_user import DEFAULT_USER
 from ..wire.ttypes import TaskState
 from .records import EndedFramework, EndedTask, FrameworkRecord
@@ -62,7 +63,7 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     term = master.term
     st = term.state
     shown = _shown_frameworks(master, view)
-    host, _, port = master.address.rpartition(":")
+    host, port = parse_address(master.address, 0)  # the host without IPv6 brackets
     agents = list(st.agents.values()) if view.cluster else []
     facts = PendingFacts(master, view)
     out: dict[str, Any] = {
@@ -70,7 +71,7 @@ def state(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
         "id": st.id,
         "pid": f"master@{master.address}",
         "hostname": host or socket.gethostname(),
-        "port": int(port) if port.isdigit() else None,
+        "port": port or None,
         "start_time": master.started_at,
         "elected_time": master.started_at if term.leading else None,
         "leader": f"master@{master.leader_address}" if master.leader_address else "",
@@ -95,7 +96,7 @@ def summary(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
     st = master.term.state
     shown = _shown_frameworks(master, view)
     shown_ids = {f.id for f in shown}
-    host = master.address.rpartition(":")[0]
+    host = parse_address(master.address, 0)[0]
     slaves = []
     for a in st.agents.values() if view.cluster else ():
         counts: dict[str, int] = {}
@@ -178,7 +179,7 @@ def overview(master: Master, view: View) -> dict[str, Any]:
     is pending. No list of agents or tasks."""
     term = master.term
     st = term.state
-    host = master.address.rpartition(":")[0]
+    host = parse_address(master.address, 0)[0]
     agents = st.agents.values() if view.cluster else ()
     total = Resources()
     used = Resources()

@@ -39,7 +39,7 @@ import structlog
 
 from ..acls import PERMISSIVE, Acls, View
 from ..resources import InvalidResources, Resources, agent_resources_problem, wire_ranges_problem
-from ..rpc.address import dialable_address, join_address
+from ..rpc.address import dialable_address, is_loopback, join_address, parse_address
 from ..rpc.codec import Utf8Text
 from ..services import AGENT, SCHEDULER, TOOL
 from ..wire.ttypes import (
@@ -748,13 +748,21 @@ MAX_ADDRESS_CHARS = 300
 
 
 def agent_address(claimed: object, peer: str, port: int) -> str:
-    """Where peers reach an agent: the address it advertises (``claimed``, checked), or
-    else the host its connection comes from (``peer``, ``"host:port"`` or ``"?"``) with
-    its ``port``; ``""`` when neither is known. Raises :class:`ValueError` saying what is
-    wrong with a claimed address."""
-    if claimed:
-        if not isinstance(claimed, str) or len(claimed) > MAX_ADDRESS_CHARS:
-            raise ValueError(f"not HOST:PORT of at most {MAX_ADDRESS_CHARS} characters")
-        return dialable_address(claimed, port)
-    host = peer.rpartition(":")[0]
-    return join_address(host, port) if host else ""
+    """Where peers reach an agent, from what it claims (``AgentInfo.address``, checked)
+    and where its connection comes from (``peer``, ``"host:port"`` or ``"?"``).
+
+    The claim, unless it is empty or a loopback address while the connection comes from
+    another host: an agent bound to 127.0.0.1 (the default) is reached at its
+    machine's address, so the host the connection came from stands in, with the
+    claimed port. ``""`` when nothing is known. Raises :class:`ValueError` saying what
+    is wrong with a claim."""
+    peer_host = peer.rpartition(":")[0]
+    if isinstance(claimed, str) and not claimed.strip():
+        return join_address(peer_host, port) if peer_host else ""
+    if not isinstance(claimed, str) or len(claimed) > MAX_ADDRESS_CHARS:
+        raise ValueError(f"not HOST:PORT of at most {MAX_ADDRESS_CHARS} characters")
+    address = dialable_address(claimed, port)
+    host, claimed_port = parse_address(address, port)
+    if is_loopback(host) and peer_host and not is_loopback(peer_host):
+        return join_address(peer_host, claimed_port)
+    return address

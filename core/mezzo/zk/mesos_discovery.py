@@ -68,6 +68,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NoNod
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
 from .. import __version__
+from ..rpc.address import parse_address
 from .url import ZkUrl
 
 log = structlog.get_logger("mezzo.zk", component="mesos-discovery")
@@ -93,8 +94,7 @@ def master_info(address: str, master_id: str) -> dict[str, Any]:
     interfaces): pymesos dials ``address.ip:address.port``, so it must be what mezzo's
     own agents dial.
     """
-    host, _, port_text = address.rpartition(":")
-    port = int(port_text)
+    host, port = parse_address(address, 0)  # an IPv6 host without its brackets
     try:
         ip = int.from_bytes(ipaddress.IPv4Address(host).packed, "little")
     except ValueError:
@@ -103,7 +103,7 @@ def master_info(address: str, master_id: str) -> dict[str, Any]:
         "id": master_id,
         "ip": ip,
         "port": port,
-        "pid": f"master@{host}:{port}",
+        "pid": f"master@{address}",
         "hostname": host,
         "version": __version__,
         "address": {"hostname": host, "ip": host, "port": port},
