@@ -325,9 +325,11 @@ def test_a_rank_that_dies_fails_the_job_and_the_other_ranks_are_killed(make_clus
     job = run_job(cluster.master, 4, pi_program, "--die", "2", "--sleep", "0.5")
     out, err = job.communicate(timeout=90)
     assert job.returncode == 1, (out, err)
-    # The job fails on the first failed rank it hears of: rank 2's own end (its proxy
-    # SIGKILLed), or another's whose proxy lost its peer, whichever update came first.
-    assert "mpi: failed" in err and "ended TASK_FAILED" in err, err
+    # The job fails on the first failure it hears of: rank 2's own end (its proxy
+    # SIGKILLed), another's whose proxy lost its peer, or, on a loaded machine where the
+    # status updates come later, mpiexec exiting on its dead proxy.
+    assert "mpi: failed" in err, err
+    assert "ended TASK_FAILED" in err or "mpiexec exited with status" in err, err
     assert "rank 2: dying as asked" in out + err
     ended = {t["id"]: t["state"] for t in cluster.state()["completed_tasks"]}
     # Each rank's task ended: failed (its proxy died) or killed (by the framework, which
@@ -347,9 +349,24 @@ def test_two_jobs_that_each_need_most_of_the_cluster_both_finish(make_cluster, p
     # back first takes 3, then the other gets its turn.
     cluster = make_cluster(2, agent_resources="cpus:2;mem:1024", master={"allocation_interval": 0.05})
     blocker = subprocess.Popen(
-        [sys.executable, "-m", "mezzo", "run", "--master", cluster.master, "--cpus", "2", "--mem", "64", "--",
-         "sleep", "3"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mezzo",
+            "run",
+            "--master",
+            cluster.master,
+            "--cpus",
+            "2",
+            "--mem",
+            "64",
+            "--",
+            "sleep",
+            "3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 20
     while not any(t["state"] == "TASK_RUNNING" for t in cluster.state()["tasks"]):

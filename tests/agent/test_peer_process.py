@@ -137,12 +137,14 @@ def test_addresses_as_the_kernel_prints_them():
 INSIDE_A_NAMESPACE = """
 import socket, subprocess, sys, time
 # A container with a network namespace of its own: a loopback connection inside it, to
-# the agent's port number, from a client port it prints.
+# the agent's port number (argv[1]), from the client port argv[2], which it prints.
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 srv = socket.socket()
 srv.bind(("127.0.0.1", int(sys.argv[1])))
 srv.listen()
-cli = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+cli = socket.socket()
+cli.bind(("127.0.0.1", int(sys.argv[2])))
+cli.connect(("127.0.0.1", int(sys.argv[1])))
 accepted = srv.accept()  # kept: closed, the client socket would leave ESTABLISHED
 print(cli.getsockname()[1], flush=True)
 time.sleep(60)
@@ -156,18 +158,27 @@ def test_a_stranger_beside_the_agent_is_not_taken_for_a_container_in_its_own_nam
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("needs root, unshare and ip to make a network namespace (CI runs as root)")
     host, port = listener.getsockname()
+    # The stranger's port first, bound here where ports are taken; inside the new
+    # namespace nothing else holds it.
+    stranger = socket.socket()
+    stranger.bind(("127.0.0.1", 0))
     leader = subprocess.Popen(
-        ["unshare", "-n", sys.executable, "-c", INSIDE_A_NAMESPACE, str(port)],
+        [
+            "unshare",
+            "-n",
+            sys.executable,
+            "-c",
+            INSIDE_A_NAMESPACE,
+            str(port),
+            str(stranger.getsockname()[1]),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
         assert leader.stdout is not None
-        client_port = int(leader.stdout.readline())
-        stranger = socket.socket()
-        stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        stranger.bind(("127.0.0.1", client_port))
+        assert int(leader.stdout.readline()) == stranger.getsockname()[1]
         stranger.connect((host, port))
         conn, _ = listener.accept()
         # The container's own table holds a socket 127.0.0.1:client_port -> 127.0.0.1:port.
@@ -176,5 +187,6 @@ def test_a_stranger_beside_the_agent_is_not_taken_for_a_container_in_its_own_nam
         conn.close()
         stranger.close()
     finally:
+        stranger.close()
         leader.kill()
         leader.wait()
