@@ -32,40 +32,22 @@ from examples.delay_scheduling.__main__ import agent_hostnames, main
 from examples.delay_scheduling.mix import bin_counts
 from mezzo import Filters, Offer, Resources, TaskState, TaskStatus
 
+from . import test_delay_scheduling
 from .conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOT = Resources(cpus=1, mem=256)
 
 
-class FakeDriver:
-    """Records the driver calls the scheduler makes."""
-
-    def __init__(self) -> None:
-        self.launched: list[tuple[str, list[mezzo.TaskInfo], Filters | None]] = []
-        self.declined: list[tuple[str, Filters | None]] = []
-        self.needs: list[bool] = []
-
-    def launch_tasks(self, offer_id, tasks, filters=None):
-        self.launched.append((offer_id, list(tasks), filters))
-
-    def decline_offer(self, offer_id, filters=None):
-        self.declined.append((offer_id, filters))
-
-    def set_needs_offers(self, needs):
-        self.needs.append(needs)
+class FakeDriver(test_delay_scheduling.FakeDriver):
+    """The delay-scheduling tests' recording driver, plus the last launch's tasks."""
 
     @property
     def last(self) -> list[mezzo.TaskInfo]:
         return self.launched[-1][1]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+Clock = test_delay_scheduling.Clock
 
 
 _offers = iter(range(1_000_000))
