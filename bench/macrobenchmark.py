@@ -98,7 +98,9 @@ SCALING = (
     "in executors of {spark_mem:g} MB, "
     "each task standing for {spark_task:g} s of work and waiting up to {spark_delay:g} s for the executor "
     "holding its partition (paper: five ALS jobs), {spark_gap:g} s apart "
-    "(paper: 2 minutes). *Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
+    "(paper: 2 minutes); while an iteration's last tasks run, a job keeps the offers it gets "
+    "(up to a slot per partition, for at most {spark_hold:g} s) to start the next one on them. "
+    "*Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
     "ranks (paper: 24), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
     "261 s and 822 s in a partition), submitted {mpi_spacing:g} s apart, one running at a time; a gang "
     "holds offers up to {mpi_hold:g} s before it gives them back and tries again later."
@@ -265,6 +267,7 @@ class SparkWorkload(Workload):
                 executor_resources=Resources(mem=args.spark_executor_mem),
                 delay=args.spark_delay * args.time_scale,
                 task_seconds=args.spark_task * args.time_scale,
+                hold=args.spark_hold * args.time_scale,
             )
             driver = mezzo.SchedulerDriver(scheduler, FrameworkInfo(name=self.name), self.master)
             driver.start()
@@ -659,6 +662,7 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         spark_gap=args.spark_gap * args.time_scale,
         spark_delay=args.spark_delay * args.time_scale,
         spark_mem=args.spark_executor_mem,
+        spark_hold=args.spark_hold * args.time_scale,
         mpi_small=args.mpi_small,
         mpi_large=args.mpi_large,
         mpi_ranks=args.mpi_ranks,
@@ -795,6 +799,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.5,
         help="seconds a Spark task waits for the executor caching its partition (default 0.5)",
+    )
+    p.add_argument(
+        "--spark-hold",
+        type=float,
+        default=4.0,
+        help="seconds a Spark job keeps an offer for its next iteration (default 4; 0 = never)",
     )
     p.add_argument(
         "--spark-executor-mem",

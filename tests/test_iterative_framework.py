@@ -21,6 +21,7 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="numpy is installed by make setup (requirements-dev.txt)")
 
+import mezzo  # noqa: E402
 from examples.iterative import CachedScheduler, Partition, gradient, make_partitions, parse  # noqa: E402
 from examples.iterative.data import write_partition  # noqa: E402
 from examples.iterative.scheduler import STEP  # noqa: E402
@@ -220,3 +221,91 @@ def test_fig9_at_a_toy_size_times_both_ways():
     assert "| 1 | " in out and "| 2 | " in out
     assert "cached: 2 iterations" in out and "4 answers from memory" in out, out
     assert "cached at least 10x faster at 2 iterations" in out
+
+
+class RecordingDriver:
+    """What a scheduler asked of its driver, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def launch_tasks(self, offer, tasks, filters=None):
+        self.calls.append(("launch", offer.offer_id, [t.task_id for t in tasks]))
+
+    def decline_offer(self, offer, filters=None):
+        self.calls.append(("decline", offer.offer_id))
+
+    def set_needs_offers(self, needs):
+        self.calls.append(("needs", needs))
+
+
+def offer(offer_id: str, agent: str, cpus: float = 2) -> mezzo.Offer:
+    return mezzo.Offer(
+        offer_id=offer_id,
+        agent_id=agent,
+        hostname=agent,
+        resources=Resources(cpus=cpus, mem=1024),
+        executor_ids=[CachedScheduler.EXECUTOR_ID],
+    )
+
+
+def finish(s: CachedScheduler, driver: RecordingDriver, task_id: str, part: int) -> None:
+    answer = {"gradient": [0.0] * s.partitions[0].dims, "cached": True}
+    s.status_update(
+        driver,
+        mezzo.TaskStatus(task_id=task_id, state=mezzo.TaskState.TASK_FINISHED, data=json.dumps(answer).encode()),
+    )
+
+
+def test_offers_that_come_during_the_last_tasks_are_kept_for_the_next_iteration(tmp_path):
+    parts = [Partition(i, f"{tmp_path}/p{i}", 10, 2, i) for i in range(2)]
+    s = CachedScheduler(
+        parts, 3, Resources(cpus=1, mem=64), executor_resources=Resources(mem=64), delay=5.0, hold=10.0
+    )
+    driver = RecordingDriver()
+    s.resource_offers(driver, [offer("o1", "a", cpus=1), offer("o2", "b", cpus=1)])
+    assert driver.calls == [("launch", "o1", ["it0-p0-a0"]), ("launch", "o2", ["it0-p1-a0"])]
+    driver.calls.clear()
+    finish(s, driver, "it0-p0-a0", 0)  # a's slot is free again: offered back, and kept
+    s.resource_offers(driver, [offer("o3", "a", cpus=1)])
+    assert driver.calls == [] and set(s.held) == {"o3"}, "kept, neither declined nor suppressed"
+    finish(s, driver, "it0-p1-a0", 1)  # the barrier: iteration 1 starts on the kept offer
+    assert ("launch", "o3", ["it1-p0-a0"]) in driver.calls, driver.calls
+    assert s.result.held_launches == 1 and not s.held
+    assert s.pending.keys() == {1}, "b's partition waits for b (the delay is 5 s)"
+
+
+def test_kept_offers_are_bounded_declined_when_stale_and_forgotten_when_rescinded(tmp_path):
+    parts = [Partition(i, f"{tmp_path}/p{i}", 10, 2, i) for i in range(2)]
+    s = CachedScheduler(
+        parts, 2, Resources(cpus=1, mem=64), executor_resources=Resources(mem=64), delay=5.0, hold=0.2
+    )
+    driver = RecordingDriver()
+    s.resource_offers(driver, [offer("o1", "a", cpus=2)])  # both partitions on a
+    driver.calls.clear()
+    # Enough kept for a whole iteration (2 slots): the next offer is declined, offers suppressed.
+    s.resource_offers(driver, [offer("o2", "b", cpus=2), offer("o3", "c", cpus=2)])
+    assert set(s.held) == {"o2"}
+    assert driver.calls == [("decline", "o3"), ("needs", False)]
+    s.offer_rescinded(driver, "o2")
+    assert not s.held
+    s.resource_offers(driver, [offer("o4", "b", cpus=2)])
+    time.sleep(0.25)  # past hold: declined at the next callback
+    driver.calls.clear()
+    s.resource_offers(driver, [])
+    assert driver.calls[0] == ("decline", "o4") and not s.held
+    # The last iteration keeps nothing: there is no next one.
+    finish(s, driver, "it0-p0-a0", 0)
+    finish(s, driver, "it0-p1-a0", 1)
+    s.resource_offers(driver, [offer("o5", "a", cpus=1)])  # launches p0 of iteration 1
+    driver.calls.clear()
+    s.resource_offers(driver, [offer("o6", "b", cpus=1)])
+    assert not s.held and ("decline", "o6") in driver.calls
+
+
+def test_kept_offers_start_iterations_for_real_and_change_no_answer(make_cluster, dataset):
+    data, parts = dataset
+    cluster = make_cluster(2, agent_resources="cpus:2;mem:2048", master={"allocation_interval": 0.05})
+    result = result_of(run(cluster.master, data, "cached", 4, "--task-seconds", "0.3", "--hold", "2"))
+    assert result["weights"] == reference_weights(parts, 4)
+    assert result["held_launches"] > 0

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             executor_resources=Resources(cpus=0.1, mem=args.executor_mem),
             delay=args.delay,
             task_seconds=args.task_seconds,
+            hold=args.hold,
         )
     else:
         scheduler = MapReduceScheduler(partitions, args.iterations, per_task, task_seconds=args.task_seconds)
@@ -101,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="each task takes at least this long, standing for a heavier model (default 0)",
     )
+    go.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="cached mode: keep offers that come during an iteration's last tasks for up to this "
+        "many seconds, to start the next iteration on them (default 0: never)",
+    )
     go.add_argument("--timeout", type=float, default=3600.0)
     args = p.parse_args(argv)
     if args.command == "prepare":
@@ -111,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--iterations: at least 1")
     if not args.task_seconds >= 0:
         p.error(f"--task-seconds: at least 0, not {args.task_seconds:g}")
+    if not args.hold >= 0:
+        p.error(f"--hold: at least 0, not {args.hold:g}")
     return run(args)
 
 

@@ -10,6 +10,10 @@ their sum before the next iteration starts. They differ in where the data lives:
   an offer from another agent is passed up for up to ``delay`` seconds, then taken
   (that executor then loads the partition). When an executor is lost, what it held
   is forgotten and its partitions are loaded again elsewhere, from their source.
+  With ``hold`` > 0 it keeps, unanswered, the offers that come while the last tasks
+  of an iteration run (up to a slot per partition, for at most ``hold`` seconds) and
+  launches the next iteration on them: in a busy shared cluster, resources given back
+  at the barrier would go to other frameworks' long tasks and come back late.
 - :class:`MapReduceScheduler` (Hadoop's way): every iteration is a fresh set of command
   tasks (:mod:`.task`), each reading and parsing its partition from disk again.
 
@@ -57,6 +61,8 @@ class Result:
     reloads: int = 0
     """Partitions loaded again after the first iteration (their executor was lost, or
     delay scheduling moved them)."""
+    held_launches: int = 0
+    """Tasks started on offers kept through an iteration barrier (``hold``)."""
 
 
 class IterativeScheduler(mezzo.Scheduler):
@@ -236,6 +242,7 @@ class CachedScheduler(IterativeScheduler):
         executor_resources: Resources,
         delay: float = 1.0,
         task_seconds: float = 0.0,
+        hold: float = 0.0,
     ) -> None:
         super().__init__(partitions, iterations, per_task, task_seconds=task_seconds)
         self.executor = ExecutorInfo(
@@ -251,14 +258,19 @@ class CachedScheduler(IterativeScheduler):
         """Partition -> the agent whose executor holds it (as far as we know)."""
         self.placed_on: dict[str, str] = {}
         """Task id -> agent."""
+        self.hold = hold
+        self.held: dict[str, tuple[Offer, float]] = {}
+        """Offer id -> (the offer, when it came): kept for the next iteration."""
 
     def resource_offers(self, driver, offers: list[Offer]):
         with self.lock:
             now = time.monotonic()
+            self._expire_held(driver, now)
             for offer in offers:
-                running = self.EXECUTOR_ID in (offer.executor_ids or ())
-                slots = self.slots(offer, None if running else Resources.of(self.executor.resources))
-                chosen = self._choose(offer.agent_id, slots, now)
+                if not self.pending and self._may_hold():
+                    self.held[offer.offer_id] = (offer, now)
+                    continue
+                chosen = self._choose(offer.agent_id, self._free_slots(offer), now)
                 if chosen:
                     tasks = [self._task(offer, part) for part in chosen]
                     driver.launch_tasks(offer, tasks, Filters(refuse_seconds=0.2))
@@ -266,20 +278,93 @@ class CachedScheduler(IterativeScheduler):
                     # Passed up (waiting for the partitions' own agents) or nothing left:
                     # a short filter, so that the offer comes back once the delay is over.
                     driver.decline_offer(offer, Filters(refuse_seconds=min(self.delay, 1.0) / 2))
-            if not self.pending:
+            if not self.pending and not self._may_hold():
                 driver.set_needs_offers(False)
 
-    def _choose(self, agent: str, slots: int, now: float) -> list[int]:
+    def status_update(self, driver, status: TaskStatus):
+        super().status_update(driver, status)
+        with self.lock:
+            self._expire_held(driver, time.monotonic())
+
+    def offer_rescinded(self, driver, offer_id):
+        with self.lock:
+            self.held.pop(offer_id, None)
+
+    def disconnected(self, driver):
+        with self.lock:
+            self.held.clear()  # void with the connection they came on
+
+    def _free_slots(self, offer: Offer) -> int:
+        running = self.EXECUTOR_ID in (offer.executor_ids or ())
+        return self.slots(offer, None if running else Resources.of(self.executor.resources))
+
+    def _may_hold(self) -> bool:
+        """Whether an offer may be kept for the next iteration: one is to come (this one's
+        tasks are running) and fewer slots than it needs are kept already."""
+        if self.hold <= 0 or self.done.is_set() or not self.running:
+            return False
+        if self.iteration + 1 >= self.iterations:
+            return False  # the last iteration: no next one to keep them for
+        kept = sum(self._free_slots(offer) for offer, _ in self.held.values())
+        return kept < len(self.partitions)
+
+    def _expire_held(self, driver, now: float) -> None:
+        for offer_id, (offer, since) in list(self.held.items()):
+            if now - since >= self.hold:
+                del self.held[offer_id]
+                driver.decline_offer(offer, Filters(refuse_seconds=0.2))
+
+    def _launch_held(self, driver) -> None:
+        """Start the new iteration on the offers kept: each offer first takes the
+        partitions its agent caches, then any left (they were kept to be used at once,
+        so the locality delay does not apply); offers left unused are declined."""
+        held = [offer for offer, _ in self.held.values()]
+        self.held.clear()
+        now = time.monotonic()
+        chosen: dict[str, list[int]] = {}
+        for offer in held:
+            chosen[offer.offer_id] = self._choose(
+                offer.agent_id, self._free_slots(offer), now, local_only=True
+            )
+        for offer in held:
+            taken = chosen[offer.offer_id]
+            slots = self._free_slots(offer) - len(taken)
+            taken += self._choose(offer.agent_id, slots, now, anywhere=True)
+            if taken:
+                self.result.held_launches += len(taken)
+                driver.launch_tasks(
+                    offer, [self._task(offer, part) for part in taken], Filters(refuse_seconds=0.2)
+                )
+            else:
+                driver.decline_offer(offer, Filters(refuse_seconds=0.2))
+
+    def _next(self, driver) -> None:
+        super()._next(driver)
+        if self.held:
+            if self.done.is_set():
+                for offer, _ in self.held.values():
+                    driver.decline_offer(offer)
+                self.held.clear()
+            else:
+                self._launch_held(driver)
+
+    def _choose(
+        self, agent: str, slots: int, now: float, *, local_only: bool = False, anywhere: bool = False
+    ) -> list[int]:
         """Up to ``slots`` pending partitions for ``agent``: those it holds first, then
-        those held nowhere, then, once they have waited ``delay``, those held elsewhere."""
+        those held nowhere, then, once they have waited ``delay`` (at once if ``anywhere``),
+        those held elsewhere. ``local_only`` takes the first kind alone."""
         if slots <= 0 or self.done.is_set():
             return []
         local = [p for p in self.pending if self.cached_on.get(p) == agent]
-        homeless = [p for p in self.pending if p not in self.cached_on]
+        homeless = [] if local_only else [p for p in self.pending if p not in self.cached_on]
         waited = [
             p
             for p, since in self.pending.items()
-            if p in self.cached_on and p not in local and now - since >= self.delay
+            if not local_only
+            and p in self.cached_on
+            and p not in local
+            and (anywhere or now - since >= self.delay)
         ]
         chosen = (sorted(local) + sorted(homeless) + sorted(waited))[:slots]
         for part in chosen:

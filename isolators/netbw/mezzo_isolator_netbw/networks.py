@@ -16,9 +16,13 @@ The pieces are in :mod:`.netns` (namespaces), :mod:`.links` (the veth pair),
 them together in the right order and undoes them in the reverse one.
 
 Ownership: every host link is labelled with the agent process that made it
-(``<pid>:<start time>``). :meth:`ContainerNetworks.sweep` removes everything of
-ours that is not kept, except what belongs to another agent process that is
-still alive, so that several agents may share a host.
+(``<pid>:<start time>``), and so is every namespace, by a file in
+:data:`OWNERS_DIR`. :meth:`ContainerNetworks.sweep` removes everything of ours
+that is not kept, except what belongs to another agent process that is still
+alive, so that several agents may share a host. The files are needed because
+namespace names are host-wide while links are not: an agent in a network
+namespace of its own (a simulated host of ``mezzo.testing.netsim``, a container)
+sees only its own veths, and would take another agent's namespaces for leftovers.
 
 Error handling: :meth:`~ContainerNetworks.create` raises
 :class:`~.errors.NetworkSetupError` naming the step that failed and the kernel's
@@ -45,6 +49,9 @@ from .errors import NetworkSetupError
 from .links import Alias, Names
 
 log = structlog.get_logger("mezzo.agent", component="network/bandwidth")
+
+OWNERS_DIR = "/run/mezzo-netbw/owners"
+"""A file per container namespace, named like it, holding its owner (see the module docstring)."""
 
 
 @dataclass
@@ -87,6 +94,7 @@ class ContainerNetworks:
                 except SubnetFull as exc:
                     raise NetworkSetupError(f"no address left for the container: {exc}") from None
                 await _step(f"create network namespace {names.netns}", netns.create(names.netns))
+                await _step(f"record the owner of {names.netns}", _record_owner(names.netns, self.owner))
                 host_index = await _step(
                     f"create veth {names.host_if} (gateway {block.gateway})",
                     links.create_pair(host, names, block, alias),
@@ -152,6 +160,7 @@ class ContainerNetworks:
         async with AsyncIPRoute() as host:
             await links.delete_link(host, names.host_if)
         await netns.remove(names.netns)
+        await _forget_owner(names.netns)
 
     async def sweep(self, keep: Iterable[str]) -> None:
         """Remove every namespace and veth of ours except those of the containers in
@@ -177,9 +186,19 @@ class ContainerNetworks:
                     "removed a leftover veth", link=link.ifname, container=alias.container if alias else None
                 )
             for name in netns.names(links.NETNS_PREFIX):
-                if name not in kept_netns and name not in elsewhere:
-                    await netns.remove(name)
-                    log.info("removed a leftover network namespace", netns=name)
+                owner = _owner_of_netns(name)
+                if name in kept_netns:
+                    if owner != self.owner:
+                        await _record_owner(name, self.owner)
+                    continue
+                if name in elsewhere or (owner not in (None, self.owner) and owner_alive(owner)):
+                    continue  # another live agent's (its veth may be in another namespace)
+                await netns.remove(name)
+                await _forget_owner(name)
+                log.info("removed a leftover network namespace", netns=name)
+            for name in _recorded_owners():
+                if not netns.exists(name) and not owner_alive(_owner_of_netns(name) or ""):
+                    await _forget_owner(name)
 
 
 async def _step(what: str, awaitable: Any) -> Any:
@@ -207,6 +226,39 @@ def owner_of(pid: int) -> str:
     """Process ``pid`` as an owner: ``<pid>:<start time>`` (a later process reusing
     the pid has another start time)."""
     return f"{pid}:{_start_time(pid)}"
+
+
+async def _record_owner(netns_name: str, owner: str) -> None:
+    def write() -> None:
+        os.makedirs(OWNERS_DIR, exist_ok=True)
+        tmp = os.path.join(OWNERS_DIR, f".{netns_name}.{os.getpid()}")
+        with open(tmp, "w") as f:
+            f.write(owner)
+        os.replace(tmp, os.path.join(OWNERS_DIR, netns_name))  # never half-written
+
+    await asyncio.to_thread(write)
+
+
+async def _forget_owner(netns_name: str) -> None:
+    try:
+        await asyncio.to_thread(os.unlink, os.path.join(OWNERS_DIR, netns_name))
+    except FileNotFoundError:
+        pass
+
+
+def _owner_of_netns(netns_name: str) -> str | None:
+    try:
+        with open(os.path.join(OWNERS_DIR, netns_name)) as f:
+            return f.read(64).strip() or None
+    except OSError:
+        return None
+
+
+def _recorded_owners() -> list[str]:
+    try:
+        return [n for n in os.listdir(OWNERS_DIR) if n.startswith(links.NETNS_PREFIX)]
+    except FileNotFoundError:
+        return []
 
 
 def owner_alive(owner: str) -> bool:

@@ -138,3 +138,30 @@ def test_entering_moves_a_child_into_the_namespace(run, tmp_path):
             await netns.remove(name)
 
     run(main())
+
+
+def test_sweep_keeps_a_live_agents_namespace_even_when_its_veth_is_out_of_sight(run):
+    """An agent on a simulated host (a network namespace of its own) makes its veths
+    there, where another agent's sweep cannot see them; the namespaces themselves are
+    host-wide. The owner file tells the sweep whose a namespace is: kept while that
+    agent lives, removed (file and all) once it is gone."""
+    from mezzo_isolator_netbw import networks
+
+    other_agent = subprocess.Popen(["sleep", "60"])
+    name = Names.of(f"elsewhere-{os.getpid()}").netns
+    try:
+        run(netns.create(name))
+        run(networks._record_owner(name, networks.owner_of(other_agent.pid)))
+        sweeper = networks.ContainerNetworks(Subnet("10.213.0.0/16"), ingress=False)
+        run(sweeper.sweep(keep=[]))
+        assert netns.exists(name), "a live agent's namespace was swept"
+        other_agent.kill()
+        other_agent.wait()
+        run(sweeper.sweep(keep=[]))
+        assert not netns.exists(name)
+        assert not os.path.exists(os.path.join(networks.OWNERS_DIR, name))
+    finally:
+        other_agent.kill()
+        other_agent.wait()
+        run(netns.remove(name))
+        run(networks._forget_owner(name))

@@ -5,6 +5,9 @@
   agents and refusals, for unit tests of allocator plugins.
 - :class:`ZooKeeperServer`: a real standalone ZooKeeper (Debian's ``zookeeper``
   package) on a free loopback port with a throw-away data directory.
+- :class:`Place`: where one of those processes runs. :data:`LOOPBACK` by default; a
+  simulated host of :mod:`mezzo.testing.netsim` (a network namespace with an address
+  of its own on a bridge) to test as a cluster of many machines is deployed.
 - :class:`RawPeer` and :func:`largest_message`: a bare socket speaking the master's
   wire protocol, and the biggest message of a kind a frame admits, for tests and
   benchmarks that send a master hand-made (huge, hostile) messages.
@@ -22,7 +25,7 @@ A real cluster:
         cluster.state()          # the master's state as a dict
 
 The master and every agent are separate ``python -m mezzo`` processes on
-loopback, configured through a TOML file written for the run, exactly as an
+loopback (or each at its :class:`Place`), configured through a TOML file written for the run, exactly as an
 operator would start them. Their logs go to files in the cluster's directory and
 the tail of each is attached to start-up errors, so a failing test says why.
 """
@@ -43,13 +46,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import TlsConfig
-from .hookspecs import AllocationCycle
-from .resources import Resources
-from .rpc.codec import MalformedMessage, ServiceSchema
-from .rpc.framing import DEFAULT_MAX_FRAME, FrameDecoder
-from .services import MASTER, TOOL
-from .state_client import ANSWER_MAX_BYTES, MasterUnreachable, fetch_state
+from ..config import TlsConfig
+from ..hookspecs import AllocationCycle
+from ..resources import Resources
+from ..rpc.address import join_address
+from ..rpc.codec import MalformedMessage, ServiceSchema
+from ..rpc.framing import DEFAULT_MAX_FRAME, FrameDecoder
+from ..services import MASTER, TOOL
+from ..state_client import ANSWER_MAX_BYTES, MasterUnreachable, fetch_state
 
 
 def wait_for(
@@ -81,6 +85,30 @@ async def wait_for_async(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a harness process runs: the address it binds and peers reach it at, and
+    the network namespace it runs in (None: this process's own).
+
+    A namespace is entered with ``nsenter --net``, which changes nothing else (the
+    mounts stay, so cgroups and work directories are where they were) and execs the
+    command, so the process's pid is the command's own.
+    """
+
+    address: str = "127.0.0.1"
+    netns: str | None = None
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` as run at this place."""
+        if self.netns is None:
+            return list(argv)
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
+
+
+LOOPBACK = Place()
+"""Every process on 127.0.0.1 of this machine's own namespace."""
 
 
 def free_port() -> int:
@@ -135,6 +163,10 @@ class LocalProcessCluster:
     ``master``), the agents' (``agent``), and :attr:`tls`, the test's own
     (``operator``), which :meth:`state` uses; :meth:`client_tls` makes one for a
     framework.
+
+    ``places`` puts processes elsewhere than :data:`LOOPBACK`, by name (``master`` or
+    ``master-1``..., ``agent-1``...): each binds its place's address and runs in its
+    namespace (see :mod:`mezzo.testing.netsim`), and agents advertise that address.
     """
 
     def __init__(
@@ -150,8 +182,10 @@ class LocalProcessCluster:
         directory: str | None = None,
         start_timeout: float = 20.0,
         tls: bool = False,
+        places: Mapping[str, Place] | None = None,
     ) -> None:
         self.n_agents = agents
+        self.places = dict(places or {})
         self.dir = Path(directory or tempfile.mkdtemp(prefix="mezzo-cluster-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         if masters != 1 and zk is None:
@@ -163,7 +197,7 @@ class LocalProcessCluster:
             if zk is None
             else {f"master-{i}": free_port() for i in range(1, masters + 1)}
         )
-        self.master = f"127.0.0.1:{self.port}" if zk is None else zk
+        self.master = join_address(self.place("master").address, self.port) if zk is None else zk
         """What agents and frameworks are given: the master's address, or the zk:// URL."""
         self.agent_resources = (
             [agent_resources] * agents if isinstance(agent_resources, str) else list(agent_resources)
@@ -185,7 +219,7 @@ class LocalProcessCluster:
             if "acls" not in config["master"]:
                 # The default deny of a TLS master, opened to this harness's principals:
                 # the agents register as agents, any certified client runs frameworks.
-                from .acls import single_tenant
+                from ..acls import single_tenant
 
                 acls = single_tenant(agents=["agent"], operators=["operator"])
                 config["master"] = {**config["master"], "acls": acls}
@@ -202,10 +236,14 @@ class LocalProcessCluster:
         self.expected_dead: set[str] = set()
         """Processes the test killed on purpose (not an error while waiting)."""
 
+    def place(self, name: str) -> Place:
+        """Where process ``name`` runs."""
+        return self.places.get(name, LOOPBACK)
+
     def client_tls(self, principal: str) -> TlsConfig:
         """A ``[tls]`` with a certificate for ``principal`` signed by this cluster's CA
         (made on first use), for a framework's driver or a tool."""
-        from .certs import principal_tls
+        from ..certs import principal_tls
 
         return principal_tls(self.dir / "tls", principal)
 
@@ -220,7 +258,7 @@ class LocalProcessCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         config = self.agent_config_path if name.startswith("agent") else self.config_path
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mezzo", *args, "--config", str(config)],
+            self.place(name).command([sys.executable, "-m", "mezzo", *args, "--config", str(config)]),
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=env,
@@ -238,7 +276,8 @@ class LocalProcessCluster:
             self._wait(lambda s: True, "the master to answer")
             return
         for n in self.master_ports if name == "master" else [name]:
-            self._spawn(n, ["master", "--listen", f"127.0.0.1:{self.master_ports[n]}"])
+            listen = join_address(self.place(n).address, self.master_ports[n])
+            self._spawn(n, ["master", "--listen", listen])
         self._wait(lambda s: s["master"]["leading"], "a master to lead")
 
     def leader(self, timeout: float = 15.0) -> str:
@@ -249,19 +288,19 @@ class LocalProcessCluster:
         return by_port[int(state["master"]["address"].rpartition(":")[2])]
 
     def start_agent(self, i: int) -> None:
-        work = self.dir / f"agent-{i}"
-        self._spawn(
-            f"agent-{i}",
-            [
-                "agent",
-                "--resources",
-                self.agent_resources[i - 1],
-                "--work-dir",
-                str(work),
-                "--hostname",
-                f"agent-{i}",
-            ],
-        )
+        name = f"agent-{i}"
+        args = [
+            "agent",
+            "--resources",
+            self.agent_resources[i - 1],
+            "--work-dir",
+            str(self.dir / name),
+            "--hostname",
+            name,
+        ]
+        if name in self.places:  # else the TOML's agent.listen (a test may set it)
+            args += ["--listen", join_address(self.place(name).address, 0)]
+        self._spawn(name, args)
 
     def start(self) -> LocalProcessCluster:
         self.start_master()
@@ -375,7 +414,7 @@ class RawPeer:
         sock = socket.create_connection((host, int(port)), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:  # as a peer with that certificate would (the handshake happens here)
-            from .rpc.tls import client_tls
+            from ..rpc.tls import client_tls
 
             sock = client_tls(tls).context.wrap_socket(sock, server_hostname=host)
         self.sock = sock
@@ -490,19 +529,20 @@ class ZooKeeperServer:
             ...
     """
 
-    def __init__(self, workdir: Path | None = None, *, tick_ms: int = 200) -> None:
+    def __init__(self, workdir: Path | None = None, *, tick_ms: int = 200, place: Place = LOOPBACK) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="mezzo-zk-")
             workdir = Path(self._tmp.name)
         self.workdir = Path(workdir)
         self.tick_ms = tick_ms
+        self.place = place
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return join_address(self.place.address, self.port)
 
     def url(self, path: str = "/mezzo") -> str:
         return f"zk://{self.hosts}{path}"
@@ -519,20 +559,22 @@ class ZooKeeperServer:
         cfg = self.workdir / "zoo.cfg"
         cfg.write_text(
             f"tickTime={self.tick_ms}\ndataDir={data}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            f"clientPortAddress={self.place.address}\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\n"
             f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout={20 * self.tick_ms}\n"
         )
         self._log = open(self.workdir / "zookeeper.log", "wb")
         self.process = subprocess.Popen(
-            [
-                "java",
-                "-Xmx256m",
-                "-cp",
-                ":".join(ZOOKEEPER_CLASSPATH),
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-                str(cfg),
-            ],
+            self.place.command(
+                [
+                    "java",
+                    "-Xmx256m",
+                    "-cp",
+                    ":".join(ZOOKEEPER_CLASSPATH),
+                    "org.apache.zookeeper.server.ZooKeeperServerMain",
+                    str(cfg),
+                ]
+            ),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -548,7 +590,7 @@ class ZooKeeperServer:
 
     def _ruok(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.create_connection((self.place.address, self.port), timeout=1) as s:
                 s.sendall(b"ruok")
                 return s.recv(16) == b"imok"
         except OSError:
