@@ -283,21 +283,28 @@ def test_kept_offers_are_bounded_declined_when_stale_and_forgotten_when_rescinde
     driver = RecordingDriver()
     s.resource_offers(driver, [offer("o1", "a", cpus=2)])  # both partitions on a
     driver.calls.clear()
-    # Enough kept for a whole iteration (2 slots): the next offer is declined, offers suppressed.
-    s.resource_offers(driver, [offer("o2", "b", cpus=2), offer("o3", "c", cpus=2)])
+    s.resource_offers(driver, [offer("o0", "b", cpus=2)])
+    assert not s.held, "nothing given back yet: nothing kept (no more than it had)"
+    finish(s, driver, "it0-p0-a0", 0)  # one slot given back
+    driver.calls.clear()
+    # As many slots kept as were given back: the next offer is declined (offers still
+    # wanted: more may be given back before the barrier).
+    s.resource_offers(driver, [offer("o2", "b", cpus=1), offer("o3", "c", cpus=1)])
     assert set(s.held) == {"o2"}
-    assert driver.calls == [("decline", "o3"), ("needs", False)]
+    assert driver.calls == [("decline", "o3")]
     s.offer_rescinded(driver, "o2")
     assert not s.held
-    s.resource_offers(driver, [offer("o4", "b", cpus=2)])
+    s.resource_offers(driver, [offer("o4", "b", cpus=1)])
+    assert set(s.held) == {"o4"}
     time.sleep(0.25)  # past hold: declined at the next callback
     driver.calls.clear()
     s.resource_offers(driver, [])
     assert driver.calls[0] == ("decline", "o4") and not s.held
     # The last iteration keeps nothing: there is no next one.
-    finish(s, driver, "it0-p0-a0", 0)
     finish(s, driver, "it0-p1-a0", 1)
-    s.resource_offers(driver, [offer("o5", "a", cpus=1)])  # launches p0 of iteration 1
+    s.resource_offers(driver, [offer("o5", "a", cpus=2)])  # iteration 1, both on a
+    assert not s.pending
+    finish(s, driver, "it1-p0-a0", 0)
     driver.calls.clear()
     s.resource_offers(driver, [offer("o6", "b", cpus=1)])
     assert not s.held and ("decline", "o6") in driver.calls

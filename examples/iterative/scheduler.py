@@ -11,9 +11,11 @@ their sum before the next iteration starts. They differ in where the data lives:
   (that executor then loads the partition). When an executor is lost, what it held
   is forgotten and its partitions are loaded again elsewhere, from their source.
   With ``hold`` > 0 it keeps, unanswered, the offers that come while the last tasks
-  of an iteration run (up to a slot per partition, for at most ``hold`` seconds) and
-  launches the next iteration on them: in a busy shared cluster, resources given back
-  at the barrier would go to other frameworks' long tasks and come back late.
+  of an iteration run, and launches the next iteration on them: in a busy shared
+  cluster, the slots its finished tasks give back at the barrier would go to other
+  frameworks' long tasks and come back late. It keeps no more slots than its own
+  finished tasks gave back in that tail (what it had, not more), each for at most
+  ``hold`` seconds.
 - :class:`MapReduceScheduler` (Hadoop's way): every iteration is a fresh set of command
   tasks (:mod:`.task`), each reading and parsing its partition from disk again.
 
@@ -261,6 +263,9 @@ class CachedScheduler(IterativeScheduler):
         self.hold = hold
         self.held: dict[str, tuple[Offer, float]] = {}
         """Offer id -> (the offer, when it came): kept for the next iteration."""
+        self.given_back = 0
+        """Tasks of this iteration that ended after its last one was launched: the
+        slots it may keep for the next (see :meth:`_may_hold`)."""
 
     def resource_offers(self, driver, offers: list[Offer]):
         with self.lock:
@@ -278,10 +283,13 @@ class CachedScheduler(IterativeScheduler):
                     # Passed up (waiting for the partitions' own agents) or nothing left:
                     # a short filter, so that the offer comes back once the delay is over.
                     driver.decline_offer(offer, Filters(refuse_seconds=min(self.delay, 1.0) / 2))
-            if not self.pending and not self._may_hold():
+            if not self.pending and not self._keeping():
                 driver.set_needs_offers(False)
 
     def status_update(self, driver, status: TaskStatus):
+        with self.lock:
+            if not self.pending and status.task_id in self.running and mezzo.is_terminal(status.state):
+                self.given_back += 1  # a slot of the tail freed (before the barrier may reset it)
         super().status_update(driver, status)
         with self.lock:
             self._expire_held(driver, time.monotonic())
@@ -298,15 +306,23 @@ class CachedScheduler(IterativeScheduler):
         running = self.EXECUTOR_ID in (offer.executor_ids or ())
         return self.slots(offer, None if running else Resources.of(self.executor.resources))
 
-    def _may_hold(self) -> bool:
-        """Whether an offer may be kept for the next iteration: one is to come (this one's
-        tasks are running) and fewer slots than it needs are kept already."""
+    def _keeping(self) -> bool:
+        """Whether offers are wanted while nothing is pending: to be kept for the next
+        iteration (one is to come, this one's tasks run) until it has all it needs."""
         if self.hold <= 0 or self.done.is_set() or not self.running:
             return False
         if self.iteration + 1 >= self.iterations:
             return False  # the last iteration: no next one to keep them for
-        kept = sum(self._free_slots(offer) for offer, _ in self.held.values())
-        return kept < len(self.partitions)
+        return self._kept() < len(self.partitions)
+
+    def _may_hold(self) -> bool:
+        """Whether an offer may be kept for the next iteration: :meth:`_keeping`, and
+        fewer slots are kept than this iteration's finished tasks gave back since its
+        last launch (what it had, not more)."""
+        return self._keeping() and self._kept() < self.given_back
+
+    def _kept(self) -> int:
+        return sum(self._free_slots(offer) for offer, _ in self.held.values())
 
     def _expire_held(self, driver, now: float) -> None:
         for offer_id, (offer, since) in list(self.held.items()):
@@ -340,6 +356,7 @@ class CachedScheduler(IterativeScheduler):
 
     def _next(self, driver) -> None:
         super()._next(driver)
+        self.given_back = 0
         if self.held:
             if self.done.is_set():
                 for offer, _ in self.held.values():
