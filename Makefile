@@ -94,6 +94,7 @@ bench: setup
 	$(PY) bench/v1_cost.py
 	$(PY) bench/fig9.py
 	$(PY) bench/macrobenchmark.py
+	$(PY) bench/partition.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
 bench-quick: setup

@@ -164,6 +164,18 @@ def pytest_addoption(parser):
         help="examples per structure-aware fuzz test (tests/test_fuzz_services.py, "
              "tests/unit/test_fuzz_master_service.py) instead of their quick defaults",
     )
+    parser.addoption(
+        "--nemesis-seed", type=int, default=None, metavar="N",
+        help="seed of tests/test_nemesis.py's fault schedule (default: 1; printed either way)",
+    )
+    parser.addoption(
+        "--nemesis-seconds", type=float, default=None, metavar="S",
+        help="how long tests/test_nemesis.py's faults go on (default: 45)",
+    )
+    parser.addoption(
+        "--nemesis-tasks", type=int, default=None, metavar="N",
+        help="tasks tests/test_nemesis.py's frameworks launch in all (default: 2,000)",
+    )
 
 
 @pytest.fixture

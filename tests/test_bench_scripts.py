@@ -184,3 +184,13 @@ def test_queue_throughput_at_a_toy_size_runs_every_job_and_judges_the_rate():
     assert re.search(r"\| 0\.01 s \| \d+ \| \d+ \|", out), out
     assert out.count(">= 500 jobs/s") == 2  # judged, met or missed, for each interval
     assert "`mezzo submit --array 1-50` itself:" in out
+
+
+def test_partition_at_a_toy_size_cuts_a_quarter_and_heals():
+    from mezzo.testing import netsim
+
+    if netsim.available():
+        pytest.skip(f"{netsim.available()} (CI runs as root)")
+    out = run_bench("partition.py", "--quick", "--no-write", timeout=300)
+    assert "run 1: 10 of 40 agents cut" in out, out
+    assert "TASK_UNREACHABLE (partition-aware)" in out and "lossy tasks left on cut agents: 0" in out, out

@@ -121,6 +121,9 @@ def test_close_kills_what_runs_on_the_hosts_and_removes_them():
     with SimNetwork() as network:
         host = network.add_host("a")
         sleeper = subprocess.Popen(host.command(["sleep", "300"]))
+        deadline = time.monotonic() + 5
+        while sleeper.pid not in host.processes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # nsenter has entered the namespace
         bridge = network.bridge
     assert sleeper.wait(5) == -signal.SIGKILL
     assert not os.path.exists(f"/run/netns/{host.netns}")

@@ -48,6 +48,10 @@ struct FrameworkInfo {
   5: string hostname = "",
   /** Seconds the master keeps the framework's tasks after its scheduler disconnects. */
   6: double failover_timeout = 0.0,
+  /** What the framework can handle. "PARTITION_AWARE": tasks on an agent that falls
+      silent become TASK_UNREACHABLE rather than TASK_LOST, and are kept (and reported
+      again) if the agent comes back. Unknown names are ignored. */
+  7: list<string> capabilities = [],
 }
 
 struct AgentInfo {

@@ -128,6 +128,31 @@ def test_tcp_nodelay_on_both_ends():
     run(main())
 
 
+def test_a_dialled_connection_has_the_kernel_watch_for_a_vanished_peer():
+    # After a partition the master's FIN may never arrive: an idle agent must not wait
+    # on a dead connection for ever. The dialler's socket keeps alive; the server's is
+    # left alone (the master pings its peers itself).
+    async def main():
+        master = MasterStub()
+        server, port = await start(master)
+        async with server:
+            sched = Inbox(SCHEDULER.methods)
+            conn = await connect("127.0.0.1", port, SCHEDULER, sched)
+            conn.remote(MASTER).register_framework(FrameworkInfo(name="n"))
+            await sched.next()
+            dialled = conn._transport.get_extra_info("socket")
+            accepted = master.conns[0]._transport.get_extra_info("socket")
+            assert dialled.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
+            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
+            assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
+            conn.close()
+
+    run(main())
+
+
 @pytest.mark.parametrize("bad", ["oversized", "malformed"])
 def test_bad_peer_is_cut_off_and_others_keep_being_served(bad):
     async def main():

@@ -96,7 +96,7 @@ def test_frameworks_named_by_agents_are_recovered_and_get_their_held_updates(mas
     assert agent.called("status_update_acknowledged") == [("F9", "t1", "u-fin")]
 
 
-def test_an_agent_declared_lost_is_refused_and_may_register_anew(master):
+def test_a_silent_agent_is_lost_and_on_its_return_kills_what_was_reported_lost(master):
     master.lead()
     sched = RecordingConnection("scheduler")
     master.service.register_framework(sched, FrameworkInfo(name="f"))
@@ -113,11 +113,78 @@ def test_an_agent_declared_lost_is_refused_and_may_register_anew(master):
     assert (lost.task_id, TaskState(lost.state).name, lost.reason) == ("t", "TASK_LOST", "agent_removed")
     assert "no answer to pings for 16.0 s" in lost.message
 
+    # Only unreachable: welcome back under its id, and the task reported lost is killed,
+    # without a word more to its framework.
     back = RecordingConnection("back")
     master.service.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert back.called("reregistered") == [(aid,)] and master.state.agents[aid].connected
+    ((killed_fid, killed_tid, policy),) = back.called("kill_task")
+    assert (killed_fid, killed_tid, policy.reason) == (fid, "t", "agent_removed")
+    assert master.state.agents[aid].tasks == {} and master.state.frameworks[fid].tasks == {}
+    assert len(sched.called("status_update")) == 1
+    # Its TASK_KILLED, when it comes, is acknowledged to the agent and goes no further.
+    master.service.status_update(back, TaskStatus(task_id="t", framework_id=fid, agent_id=aid,
+                                                  state=TaskState.TASK_KILLED, uuid="u-kill"))
+    assert len(sched.called("status_update")) == 1
+    assert back.called("status_update_acknowledged") == [(fid, "t", "u-kill")]
+
+
+def test_a_partition_aware_framework_gets_unreachable_and_its_task_back(master):
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f", capabilities=["PARTITION_AWARE"]))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    aid = "A1"
+    master.service.reregister_agent(
+        conn, agent_info(aid, 2), [running(fid, "t", aid), running(fid, "gone-meanwhile", aid)], [], []
+    )
+
+    master.service.agent_link_silent(conn, 16.0)
+    gone = {u.task_id: u for (u,) in sched.called("status_update")}
+    assert {t: (TaskState(u.state).name, u.reason) for t, u in gone.items()} == {
+        "t": ("TASK_UNREACHABLE", "agent_unreachable"),
+        "gone-meanwhile": ("TASK_UNREACHABLE", "agent_unreachable"),
+    }
+    assert master.state.frameworks[fid].unreachable_tasks.keys() == {"t", "gone-meanwhile"}
+    master.service.reconcile_tasks(sched, fid, [TaskStatus(task_id="t", agent_id=aid)])
+    asked = sched.called("status_update")[-1][0]
+    assert (TaskState(asked.state).name, asked.reason) == ("TASK_UNREACHABLE", "reconciliation")
+    master.service.reconcile_tasks(sched, fid, [TaskStatus(task_id="elsewhere", agent_id=aid)])
+    asked = sched.called("status_update")[-1][0]
+    assert TaskState(asked.state).name == "TASK_UNREACHABLE", "any task named on an unreachable agent"
+
+    # A kill while it is out of reach waits for its return (no TASK_LOST meanwhile).
+    updates = len(sched.called("status_update"))
+    master.service.kill_task(sched, fid, "t")
+    assert len(sched.called("status_update")) == updates
+
+    back = RecordingConnection("back")
+    master.service.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert back.called("reregistered") == [(aid,)]
+    assert [(f, t) for f, t, *_ in back.called("kill_task")] == [(fid, "t")], "the kill asked meanwhile"
+    again, missing = (u for (u,) in sched.called("status_update")[-2:])
+    assert (again.task_id, TaskState(again.state).name, again.reason) == ("t", "TASK_RUNNING", "agent_reregistered")
+    # Not reported by the agent that came back: lost after all.
+    assert (missing.task_id, TaskState(missing.state).name, missing.reason) == (
+        "gone-meanwhile", "TASK_LOST", "task_missing_on_agent"
+    )
+    assert master.state.unreachable_on == {}
+    assert master.state.frameworks[fid].tasks.keys() == {"t"} and not master.state.frameworks[fid].unreachable_tasks
+    history = [TaskState(s[0]).name for s in master.state.frameworks[fid].tasks["t"].statuses]
+    assert "TASK_UNREACHABLE" in history, history  # its history went on through the partition
+
+
+def test_an_agent_removed_for_good_is_refused_and_may_register_anew(master):
+    # After a failover, an admitted agent that did not come back in time is removed
+    # outright (the new leader never knew its tasks): refused, it starts over.
+    master.lead()
+    aid = "A1"
+    master.state.registry.remove(aid)
+    back = RecordingConnection("back")
+    master.service.reregister_agent(back, agent_info(aid, 2), [], [], [])
     ((refused_id, why),) = back.called("reregistration_refused")
     assert refused_id == aid and "not admitted" in why
-    assert aid not in master.state.agents and master.state.frameworks[fid].tasks == {}
     master.service.register_agent(back, AgentInfo(hostname="h", port=1, resources=Resources(cpus=2)))
     ((new_id,),) = back.called("registered")
     assert new_id != aid and master.state.agents[new_id].connected

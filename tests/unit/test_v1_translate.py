@@ -130,6 +130,12 @@ def test_subscribe_framework_info_and_capabilities():
     assert translate.capabilities(call.body["framework_info"]) == {"MULTI_ROLE", "GPU_RESOURCES"}
 
 
+def test_partition_aware_is_the_capability_passed_on():
+    body = {"name": "p", "capabilities": [{"type": "MULTI_ROLE"}, {"type": "PARTITION_AWARE"}]}
+    assert translate.framework_info(body).capabilities == ["PARTITION_AWARE"]
+    assert translate.framework_info({"name": "q"}).capabilities == []
+
+
 def test_accept_as_pymesos_sends_it():
     call = translate.parse_call(ACCEPT)
     assert (call.type, call.framework_id) == ("ACCEPT", "fw")

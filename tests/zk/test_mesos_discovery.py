@@ -430,10 +430,51 @@ def test_the_admitted_agents_list_moves_out_of_the_way_of_pymesos(mezzo_zookeepe
             zk.create(f"/old-cluster/agents/{name}", b"", makepath=True)
         registry = ZkRegistry(zk, "/old-cluster", lambda f, *a: f(*a))
         assert registry.load() == {"a1": None, "a2": "agent"}
-        assert sorted(zk.get_children("/old-cluster")) == ["registry"]
+        assert sorted(zk.get_children("/old-cluster")) == ["registry", "unreachable"]
         assert sorted(zk.get_children("/old-cluster/registry")) == sorted(old)
         # Loading again (the next leader) finds the new list as it is.
         assert ZkRegistry(zk, "/old-cluster", lambda f, *a: f(*a)).load() == {"a1": None, "a2": "agent"}
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_an_unreachable_agent_is_listed_as_such_for_the_next_leader_and_welcome_back(mezzo_zookeeper):
+    # Declared lost for its silence, an agent moves to <path>/unreachable: a leader
+    # elected later welcomes it back (UNREACHABLE), and once re-admitted it is listed
+    # as admitted again, under its first owner.
+
+    from mezzo.master.registry import REFUSE, UNREACHABLE, WELCOME, ZkRegistry
+
+    zk = plain_client(mezzo_zookeeper.hosts)
+    try:
+        registry = ZkRegistry(zk, "/partitioned", lambda f, *a: f(*a))
+        registry.load()
+        admitted = []
+        registry.admit("a1", "agent", admitted.append)
+        registry.admit("a2", None, admitted.append)
+        deadline = time.monotonic() + 10
+        while len(admitted) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        registry.mark_unreachable("a1")
+        assert registry.verdict("a1") == UNREACHABLE and registry.owner("a1") == "agent"
+        while zk.get_children("/partitioned/registry") != ["a2"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert zk.get_children("/partitioned/unreachable") == ["a1@agent"]
+
+        next_leader = ZkRegistry(zk, "/partitioned", lambda f, *a: f(*a))
+        assert next_leader.load() == {"a2": None}, "not waited for after a failover"
+        assert next_leader.verdict("a1") == UNREACHABLE and next_leader.owner("a1") == "agent"
+        assert next_leader.verdict("a3") == REFUSE
+        back = []
+        next_leader.admit("a1", "someone-else", back.append)
+        while not back and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert back == [True] and next_leader.verdict("a1") == WELCOME and next_leader.owner("a1") == "agent"
+        while zk.get_children("/partitioned/unreachable") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(zk.get_children("/partitioned/registry")) == ["a1@agent", "a2"]
+        assert zk.get_children("/partitioned/unreachable") == []
     finally:
         zk.stop()
         zk.close()

@@ -3,7 +3,11 @@
 An agent that loses its link keeps its tasks for ``master.agent_reregister_timeout``;
 one that comes back in time is re-attached with everything it runs, one that does
 not is removed and its tasks reported TASK_LOST. So is one that stops answering
-pings (:mod:`.health`).
+pings (:mod:`.health`). Both are *unreachable* rather than gone (the registry lists
+them so): the tasks of partition-aware frameworks (``PARTITION_AWARE``) are reported
+TASK_UNREACHABLE instead, and should the agent come back, they are adopted and their
+frameworks told their state again, while the tasks of the other frameworks, reported
+lost, are killed without a word (:meth:`AgentLifecycle._adopt`).
 
 Whether an agent unknown to this master may re-register is the registry's call
 (:mod:`.registry`): an admitted one (after a failover) is adopted with its tasks,
@@ -18,6 +22,7 @@ keep track of which link carries which agent.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +37,7 @@ from .agent_removals import RemovalLimit
 from .allocation import effective_min_offer
 from .audit import principal_of
 from .records import AgentRecord, TaskRecord
-from .registry import REFUSE
+from .registry import REFUSE, UNREACHABLE
 
 if TYPE_CHECKING:
     from .framework_lifecycle import FrameworkLifecycle
@@ -161,7 +166,11 @@ class AgentLifecycle:
         else:
             # Not connected (so not offered) until its report is adopted: what is free
             # on it is not known before.
+            returning = state.registry.verdict(aid) == UNREACHABLE
             record = self._add(link, info, total, connected=False)
+            record.was_unreachable = returning
+            if returning:
+                log.info("unreachable agent is back", agent=aid, hostname=info.hostname, tasks=len(tasks))
             self._start_adoption(record, link, tasks, executors, frameworks)
             return True
         state.outbox.agent(link).reregistered(aid)
@@ -236,6 +245,8 @@ class AgentLifecycle:
         aid = agent.id
         del self.adopting[aid]
         agent.connected = True
+        agent.was_unreachable = False
+        self._settle_missing(agent)
         state.registry.admit(aid, agent.principal, _ignore)
         self.recovery.agent_back(aid)
         state.outbox.agent(job.link).reregistered(aid)
@@ -372,11 +383,22 @@ class AgentLifecycle:
             )
             if (fid, t.task_id) in agent.tasks or (fid, t.task_id) in refused:
                 continue
+            framework = state.frameworks.get(fid)
+            unreachable: TaskRecord | None = None
+            if agent.was_unreachable and framework is not None:
+                unreachable = framework.unreachable_tasks.pop(t.task_id, None)
+                if unreachable is not None:
+                    state.forget_unreachable(unreachable)
+                if not framework.partition_aware:
+                    self._kill_quietly(agent, fid, t.task_id, task_state)
+                    continue
             res = _safe_resources(t.resources)
             tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=task_state)
             if latest is not None:
                 tr.message, tr.reason = latest.message or "", latest.reason or ""
                 tr.exit_code = latest.exit_code
+            if agent.was_unreachable and framework is not None and unreachable is not None:
+                tr.statuses = unreachable.statuses  # its history goes on
             if is_terminal(task_state):
                 # Its end is still being reported: nothing to hold, but reconciliation
                 # must know how it ended, and the report, from this agent, must go on.
@@ -394,13 +416,65 @@ class AgentLifecycle:
                 continue
             agent.free = agent.free - res
             state.add_task(agent, tr)
-            framework = state.frameworks.get(fid)
             if framework is None:
                 state.orphans.setdefault(fid, []).append((agent, tr))
             elif t.task_id not in framework.tasks:
                 framework.tasks[t.task_id] = tr
                 state.allocator.allocated(fid, res)
                 state.events.task_added(tr, framework)  # adopted: new to this master
+                if agent.was_unreachable:
+                    # Told TASK_UNREACHABLE (by this master or an earlier one): say it is back.
+                    status = state.master_status(
+                        tr, task_state, "agent_reregistered", f"agent {agent.id} is reachable again"
+                    )
+                    state.tell_status(framework, status)
+                    if unreachable is not None and unreachable.kill_requested:
+                        tr.kill_requested = True  # asked while it was out of reach
+                        state.outbox.agent(agent.conn).kill_task(fid, t.task_id)
+
+    def _settle_missing(self, agent: AgentRecord) -> None:
+        """``agent`` is back and its report adopted: the tasks of partition-aware
+        frameworks that were unreachable on it and that it did not report (a launch
+        lost on the way, or ended and forgotten meanwhile) are lost after all (TASK_LOST,
+        reason ``task_missing_on_agent``): their frameworks were told only that they
+        were out of reach."""
+        state = self.state
+        for fid, tid in sorted(state.unreachable_on.pop(agent.id, ())):
+            framework = state.frameworks.get(fid)
+            task = framework.unreachable_tasks.pop(tid, None) if framework is not None else None
+            if framework is None or task is None:
+                continue
+            message = f"agent {agent.id} came back without it"
+            task.state, task.reason, task.message = TaskState.TASK_LOST, "task_missing_on_agent", message
+            task.updated_at = time.time()
+            task.moved_to(task.state, task.updated_at, task.reason, message, "master")
+            state.events.task_updated(task, framework)
+            state.task_ended(task)
+            status = state.master_status(task, TaskState.TASK_LOST, "task_missing_on_agent", message)
+            state.observe.mezzo_task_status(framework_id=fid, status=status)
+            state.tell_status(framework, status)
+
+    def _kill_quietly(self, agent: AgentRecord, fid: str, task_id: str, task_state: int) -> None:
+        """A returning unreachable agent reports a task of a framework that is not
+        partition-aware: that framework was told TASK_LOST when the agent was declared
+        lost, so the task is killed and nothing more of it is reported (its agent's
+        updates about it are acknowledged and dropped: this master does not hold it)."""
+        if is_terminal(task_state):
+            return  # ended while away: its end, too, goes unreported
+        log.info(
+            "killing a task reported lost, on an agent that came back",
+            agent=agent.id,
+            framework=fid,
+            task=task_id,
+        )
+        self.state.outbox.agent(agent.conn).kill_task(
+            fid,
+            task_id,
+            KillPolicy(
+                reason="agent_removed",
+                message=f"agent {agent.id} was declared lost; the task was reported lost",
+            ),
+        )
 
     def _refuse_task(self, agent: AgentRecord, task: TaskRecord, short: str) -> None:
         """A task a re-registering agent reported does not fit in what is left of
@@ -486,25 +560,36 @@ class AgentLifecycle:
         caller asks again later."""
         if not self.removal_limit.allow(len(self.state.agents), agent_id=agent.id, reason=reason):
             return False
-        self.remove(agent, reason)
+        self.remove(agent, reason, unreachable=True)
         return True
 
-    def remove(self, agent: AgentRecord, reason: str, *, notify: bool = True) -> None:
+    def remove(
+        self, agent: AgentRecord, reason: str, *, notify: bool = True, unreachable: bool = False
+    ) -> None:
         """Declare ``agent`` lost: TASK_LOST for its tasks, ``agent_lost`` to every
-        framework (unless not ``notify``: it never was registered), out of the registry."""
+        framework (unless not ``notify``: it never was registered), out of the registry.
+        With ``unreachable`` (lost for its silence) the registry lists it as unreachable
+        and the tasks of partition-aware frameworks are TASK_UNREACHABLE instead."""
         state = self.state
         adoption = self.adopting.pop(agent.id, None)
         if adoption is not None:
             adoption.stop()
-        state.registry.remove(agent.id)
+        if unreachable:
+            state.registry.mark_unreachable(agent.id)
+        else:
+            state.registry.remove(agent.id)
         state.rescind_offers(list(agent.offers.values()), notify=True)
         for task in list(agent.tasks.values()):
-            state.end_task(
-                task, agent, TaskState.TASK_LOST, "agent_removed", f"agent {agent.id} lost: {reason}"
-            )
-            status = state.master_status(task, TaskState.TASK_LOST, "agent_removed", task.message)
-            state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
             framework = state.frameworks.get(task.framework_id)
+            if unreachable and framework is not None and framework.partition_aware:
+                state.task_unreachable(task, agent, framework, f"agent {agent.id} unreachable: {reason}")
+                status = state.master_status(task, TaskState.TASK_UNREACHABLE, task.reason, task.message)
+            else:
+                state.end_task(
+                    task, agent, TaskState.TASK_LOST, "agent_removed", f"agent {agent.id} lost: {reason}"
+                )
+                status = state.master_status(task, TaskState.TASK_LOST, "agent_removed", task.message)
+            state.observe.mezzo_task_status(framework_id=task.framework_id, status=status)
             if framework is not None:
                 state.tell_status(framework, status)
         for key in list(agent.executors):

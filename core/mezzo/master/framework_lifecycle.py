@@ -164,6 +164,8 @@ class FrameworkLifecycle:
                 state.release_executor(agent, key)
             if agent.conn is not None:
                 state.outbox.agent(agent.conn).shutdown_framework(fid)
+        for task in record.unreachable_tasks.values():
+            state.forget_unreachable(task)
         state.refusals.clear_framework(fid)
         if record.failover_handle is not None:
             record.failover_handle.cancel()

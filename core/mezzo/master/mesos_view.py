@@ -394,7 +394,7 @@ def _framework(master: Master, f: FrameworkRecord, *, full: bool, facts: Pending
     }
     if full:
         out["tasks"] = [_task(master, t) for t in f.tasks.values()]
-        out["unreachable_tasks"] = []
+        out["unreachable_tasks"] = [_task(master, t) for t in f.unreachable_tasks.values()]
         out["completed_tasks"] = [_task(master, t) for t in f.completed]
         out["offers"] = [_offer(o) for o in f.offers.values()]
         out["executors"] = []

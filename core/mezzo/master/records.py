@@ -16,6 +16,12 @@ from ..resources import Resources, _merge
 from ..wire.ttypes import AgentInfo, ExecutorInfo, FrameworkInfo, Range, TaskInfo, TaskState
 from .forwarded_updates import ForwardedUpdates
 
+PARTITION_AWARE = "PARTITION_AWARE"
+"""The ``FrameworkInfo.capabilities`` name of a framework that asks for TASK_UNREACHABLE."""
+MAX_UNREACHABLE_TASKS = 100_000
+"""A framework's unreachable tasks the master remembers (the oldest beyond are forgotten:
+reconciling them then answers as for an agent declared lost)."""
+
 
 @dataclass(slots=True, eq=False)
 class FrameworkRecord:
@@ -48,6 +54,15 @@ class FrameworkRecord:
     known only from agents' reports after a master failover until its scheduler is back."""
     completed: deque[EndedTask] = field(default_factory=deque)
     """Its tasks that ended, oldest first (``master.max_completed_tasks_per_framework``)."""
+    unreachable_tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    """Its tasks (partition-aware frameworks only) on agents declared lost for their
+    silence, TASK_UNREACHABLE until the agent comes back (oldest first, bounded by
+    :data:`MAX_UNREACHABLE_TASKS`)."""
+
+    @property
+    def partition_aware(self) -> bool:
+        """Asked for TASK_UNREACHABLE rather than TASK_LOST (``PARTITION_AWARE``)."""
+        return PARTITION_AWARE in (self.info.capabilities or ())
 
     @property
     def has_filters(self) -> bool:
@@ -85,6 +100,7 @@ class AgentRecord:
         "tasks",
         "total",
         "unadopted_tasks",
+        "was_unreachable",
     )
 
     def __init__(
@@ -132,6 +148,10 @@ class AgentRecord:
         self.principal: str | None = None
         """Who registered it (its connection's TLS certificate); only that principal may
         re-register this agent id. None: registered without one."""
+        self.was_unreachable = False
+        """Re-registering after it was declared lost for its silence (the registry's
+        ``UNREACHABLE``), until its report is adopted: the tasks of frameworks that were
+        told TASK_LOST are killed rather than adopted."""
         self.registered_at = time.time()
         self.offerable = offerable
         """The master's index of offerable agents by id, or None (a record on its own)."""

@@ -13,6 +13,13 @@ in which case it must start over as a new agent instead of resurrecting them.
   admitted agent under ``<path>/registry``. It is the authority: an agent not listed
   there is refused. The leader loads it when elected and writes through it.
 
+An agent declared lost because it fell silent (a partition, a frozen host) is not
+forgotten but listed as *unreachable* (:meth:`MemoryRegistry.mark_unreachable`;
+``<path>/unreachable`` in ZooKeeper): should it come back, it is welcome, with the
+tasks of partition-aware frameworks (which were told TASK_UNREACHABLE) kept and the
+others killed (their frameworks were told TASK_LOST). At most :data:`MAX_UNREACHABLE`
+are listed; the oldest beyond that are forgotten, as removed agents are.
+
 Both answer :meth:`verdict` from memory, so re-registering 4,000 agents costs no
 ZooKeeper round trip; only admitting and removing write.
 
@@ -39,6 +46,11 @@ log = structlog.get_logger("mezzo.master", component="registry")
 
 WELCOME = "welcome"
 REFUSE = "refuse"
+UNREACHABLE = "unreachable"
+"""The verdict on an agent declared lost for its silence: welcome back, see the module docstring."""
+
+MAX_UNREACHABLE = 10_000
+"""Unreachable agents listed at most (the oldest beyond are forgotten, hence refused)."""
 
 REMEMBER_REMOVED = 100_000
 """Removed agent ids a :class:`MemoryRegistry` remembers (oldest forgotten first)."""
@@ -63,24 +75,43 @@ class MemoryRegistry:
     def __init__(self) -> None:
         self.admitted: dict[str, str | None] = {}
         """Admitted agent ids and their owners."""
+        self.unreachable: OrderedDict[str, str | None] = OrderedDict()
+        """Agents declared lost for their silence, oldest first, and their owners."""
         self._removed: OrderedDict[str, None] = OrderedDict()
 
     def verdict(self, agent_id: str) -> str:
-        """Whether an agent re-registering as ``agent_id`` may come back."""
+        """Whether an agent re-registering as ``agent_id`` may come back (:data:`WELCOME`,
+        :data:`UNREACHABLE`: welcome, it was declared lost for its silence, or :data:`REFUSE`)."""
+        if agent_id in self.unreachable:
+            return UNREACHABLE
         return REFUSE if agent_id in self._removed else WELCOME
 
     def owner(self, agent_id: str) -> str | None:
         """The principal that registered ``agent_id``, if known (None: anyone admitted may)."""
+        if agent_id in self.unreachable:
+            return self.unreachable[agent_id]
         return self.admitted.get(agent_id)
 
     def admit(self, agent_id: str, owner: str | None, done: Callable[[bool], None]) -> None:
-        """Record ``agent_id``, registered by ``owner``; ``done(True)`` once it is
-        recorded (here: at once)."""
+        """Record ``agent_id``, registered by ``owner`` (no longer unreachable, if it
+        was); ``done(True)`` once it is recorded (here: at once)."""
+        if agent_id in self.unreachable:  # back: the first owner stays its owner
+            owner = self.unreachable.pop(agent_id)
         self.admitted.setdefault(agent_id, owner)
         done(True)
 
+    def mark_unreachable(self, agent_id: str) -> None:
+        """``agent_id`` was declared lost for its silence: welcome back, as :data:`UNREACHABLE`."""
+        self.unreachable[agent_id] = self.admitted.pop(agent_id, self.unreachable.get(agent_id))
+        while len(self.unreachable) > MAX_UNREACHABLE:
+            self._forget(self.unreachable.popitem(last=False)[0])
+
     def remove(self, agent_id: str) -> None:
         self.admitted.pop(agent_id, None)
+        self.unreachable.pop(agent_id, None)
+        self._forget(agent_id)
+
+    def _forget(self, agent_id: str) -> None:
         self._removed[agent_id] = None
         if len(self._removed) > REMEMBER_REMOVED:
             self._removed.popitem(last=False)
@@ -108,12 +139,23 @@ class ZkRegistry:
         self._call_soon = call_soon
         self.admitted: dict[str, str | None] = {}
         """Admitted agent ids and their owners."""
+        self.unreachable_path = f"{path}/unreachable"
+        self.unreachable: OrderedDict[str, str | None] = OrderedDict()
+        """Agents declared lost for their silence, and their owners."""
 
     def load(self) -> dict[str, str | None]:
-        """Read the list (blocking: call it off the event loop, when elected)."""
+        """Read the lists (blocking: call it off the event loop, when elected); returns
+        the admitted agents (the ones a new leader waits for)."""
         self._zk.ensure_path(self.path)
+        self._zk.ensure_path(self.unreachable_path)
         self._move_old_list()
         self.admitted = dict(parse_node_name(name) for name in self._zk.get_children(self.path))
+        # Listed in both (a leader died between writing one and deleting the other): admitted.
+        self.unreachable = OrderedDict(
+            (aid, owner)
+            for aid, owner in map(parse_node_name, sorted(self._zk.get_children(self.unreachable_path)))
+            if aid not in self.admitted
+        )
         return dict(self.admitted)
 
     def _move_old_list(self) -> None:
@@ -142,9 +184,13 @@ class ZkRegistry:
         log.info("moved the admitted agents' list", agents=len(names), old=self._old_path, new=self.path)
 
     def verdict(self, agent_id: str) -> str:
-        return WELCOME if agent_id in self.admitted else REFUSE
+        if agent_id in self.admitted:
+            return WELCOME
+        return UNREACHABLE if agent_id in self.unreachable else REFUSE
 
     def owner(self, agent_id: str) -> str | None:
+        if agent_id in self.unreachable:
+            return self.unreachable[agent_id]
         return self.admitted.get(agent_id)
 
     def admit(self, agent_id: str, owner: str | None, done: Callable[[bool], None]) -> None:
@@ -157,6 +203,9 @@ class ZkRegistry:
         if agent_id in self.admitted:
             done(True)
             return
+        was_unreachable = agent_id in self.unreachable
+        if was_unreachable:  # back: the first owner stays its owner
+            owner = self.unreachable.pop(agent_id)
         self.admitted[agent_id] = owner
 
         def written(result: Any) -> None:
@@ -170,15 +219,48 @@ class ZkRegistry:
             except Exception as exc:  # noqa: BLE001 - any ZooKeeper failure: not admitted
                 log.error("cannot record an admitted agent in ZooKeeper", agent=agent_id, error=repr(exc))
                 ok = False
+            if ok and was_unreachable:  # listed as admitted first: never in neither list
+                self._delete(f"{self.unreachable_path}/{node_name(agent_id, owner)}", agent_id)
             self._call_soon(done, ok)
 
         self._zk.create_async(f"{self.path}/{node_name(agent_id, owner)}", b"").rawlink(written)
 
-    def remove(self, agent_id: str) -> None:
+    def mark_unreachable(self, agent_id: str) -> None:
+        """Move ``agent_id`` from the admitted list to the unreachable one. Created
+        there first: a leader dying in between leaves it admitted, not forgotten."""
         if agent_id not in self.admitted:
             return
         owner = self.admitted.pop(agent_id)
+        self.unreachable[agent_id] = owner
+        name = node_name(agent_id, owner)
 
+        def created(result: Any) -> None:
+            from kazoo.exceptions import NodeExistsError
+
+            try:
+                result.get()
+            except NodeExistsError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - it stays admitted in ZooKeeper: welcome back either way
+                log.error("cannot list an unreachable agent in ZooKeeper", agent=agent_id, error=repr(exc))
+                return
+            self._delete(f"{self.path}/{name}", agent_id)
+
+        self._zk.create_async(f"{self.unreachable_path}/{name}", b"").rawlink(created)
+        while len(self.unreachable) > MAX_UNREACHABLE:
+            old, old_owner = self.unreachable.popitem(last=False)
+            self._delete(f"{self.unreachable_path}/{node_name(old, old_owner)}", old)
+
+    def remove(self, agent_id: str) -> None:
+        if agent_id in self.unreachable:
+            owner = self.unreachable.pop(agent_id)
+            self._delete(f"{self.unreachable_path}/{node_name(agent_id, owner)}", agent_id)
+        if agent_id not in self.admitted:
+            return
+        owner = self.admitted.pop(agent_id)
+        self._delete(f"{self.path}/{node_name(agent_id, owner)}", agent_id)
+
+    def _delete(self, path: str, agent_id: str) -> None:
         def deleted(result: Any) -> None:
             from kazoo.exceptions import NoNodeError
 
@@ -187,6 +269,6 @@ class ZkRegistry:
             except NoNodeError:
                 pass
             except Exception as exc:  # noqa: BLE001
-                log.error("cannot remove a lost agent from ZooKeeper", agent=agent_id, error=repr(exc))
+                log.error("cannot remove an agent from ZooKeeper's lists", agent=agent_id, error=repr(exc))
 
-        self._zk.delete_async(f"{self.path}/{node_name(agent_id, owner)}").rawlink(deleted)
+        self._zk.delete_async(path).rawlink(deleted)

@@ -78,6 +78,9 @@ An agent's report of a hundred containers is about 40 KB."""
 
 TORN_DOWN = "torn down"
 REFUSED = "refused"
+
+MAX_CAPABILITIES = 16
+"""``FrameworkInfo.capabilities`` a framework may name (mezzo knows one, PARTITION_AWARE)."""
 UNKNOWN = "unknown"
 """Outcomes of :meth:`MasterService.teardown`."""
 
@@ -235,6 +238,18 @@ class MasterService:
         if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0:
             scheduler.error(f"register_framework: failover_timeout {timeout!r} must be a finite number >= 0")
             return
+        capabilities = framework.capabilities if framework.capabilities is not None else []
+        if (
+            not isinstance(capabilities, list)
+            or len(capabilities) > MAX_CAPABILITIES
+            or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in capabilities)
+        ):
+            scheduler.error(
+                f"register_framework: capabilities must be at most {MAX_CAPABILITIES} names of 1-64 "
+                "characters (e.g. PARTITION_AWARE)"
+            )
+            return
+        framework.capabilities = capabilities
         framework.role = framework.role if isinstance(framework.role, str) and framework.role else "*"
         fid = framework.framework_id if isinstance(framework.framework_id, str) else ""
         framework.framework_id = fid or None

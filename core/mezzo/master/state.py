@@ -40,7 +40,15 @@ from ..wire.ttypes import ExecutorInfo, Filters, TaskState, TaskStatus
 from . import long_tasks
 from .events import EventStream
 from .offers import OfferBook
-from .records import AgentRecord, EndedFramework, FrameworkRecord, OfferRecord, StatusEntry, TaskRecord
+from .records import (
+    MAX_UNREACHABLE_TASKS,
+    AgentRecord,
+    EndedFramework,
+    FrameworkRecord,
+    OfferRecord,
+    StatusEntry,
+    TaskRecord,
+)
 from .refusals import RefuseFilters
 
 if TYPE_CHECKING:
@@ -128,6 +136,10 @@ class ClusterState:
         """Frameworks removed in this term, newest last, with their histories."""
         self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
         """Ids of frameworks removed in this term, with why (bounded)."""
+        self.unreachable_on: dict[str, set[tuple[str, str]]] = {}
+        """(framework id, task id) of the unreachable tasks (:meth:`task_unreachable`) by
+        the agent they were on, so that an agent coming back settles its own in time
+        proportional to them (:meth:`AgentLifecycle._adopted`)."""
         self.orphans: dict[str, list[tuple[AgentRecord, TaskRecord | tuple[str, str]]]] = {}
         """Tasks and executor keys agents reported for frameworks not known yet, by
         framework id, so that a framework coming back need not scan every agent."""
@@ -273,6 +285,31 @@ class ClusterState:
         task.moved_to(state, task.updated_at, reason, message, "master")
         self.events.task_updated(task, self.frameworks.get(task.framework_id))
         self.task_ended(task)
+
+    def task_unreachable(
+        self, task: TaskRecord, agent: AgentRecord, framework: FrameworkRecord, message: str
+    ) -> None:
+        """``agent`` was declared lost for its silence and ``framework`` is partition-aware:
+        ``task`` is released (its resources leave with the agent) but kept as
+        TASK_UNREACHABLE, reason ``agent_unreachable``, until the agent comes back."""
+        self.release_task(task, agent)
+        task.state, task.reason, task.message = TaskState.TASK_UNREACHABLE, "agent_unreachable", message
+        task.updated_at = time.time()
+        task.moved_to(task.state, task.updated_at, task.reason, message, "master")
+        self.events.task_updated(task, framework)
+        framework.unreachable_tasks[task.id] = task
+        self.unreachable_on.setdefault(agent.id, set()).add((framework.id, task.id))
+        while len(framework.unreachable_tasks) > MAX_UNREACHABLE_TASKS:
+            oldest = framework.unreachable_tasks.pop(next(iter(framework.unreachable_tasks)))
+            self.forget_unreachable(oldest)
+
+    def forget_unreachable(self, task: TaskRecord) -> None:
+        """``task`` is no longer unreachable (back, ended, or forgotten): out of the index."""
+        keys = self.unreachable_on.get(task.agent_id)
+        if keys is not None:
+            keys.discard((task.framework_id, task.id))
+            if not keys:
+                del self.unreachable_on[task.agent_id]
 
     def task_ended(self, task: TaskRecord, *, history: bool = True) -> None:
         """``task`` ended: remembered for reconciliation (:attr:`completed_tasks`) and,

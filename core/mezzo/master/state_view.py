@@ -120,6 +120,18 @@ def snapshot(master: Master, view: View = FULL_VIEW) -> dict[str, Any]:
             }
             for t in list(state.completed_tasks)[-100:]
         ],
+        "unreachable_tasks": [
+            {
+                "id": t.id,
+                "framework_id": t.framework_id,
+                "agent_id": t.agent_id,
+                "state": state_name(t.state),
+                "reason": t.reason,
+                "message": t.message,
+            }
+            for f in state.frameworks.values()
+            for t in list(f.unreachable_tasks.values())[-100:]
+        ],
         "offers": [
             {
                 "id": o.id,
@@ -160,6 +172,7 @@ def _partial(full: dict[str, Any], view: View, master: Master) -> dict[str, Any]
         ],
         "tasks": [t for t in full["tasks"] if t["framework_id"] in shown],
         "completed_tasks": [t for t in full["completed_tasks"] if t["framework_id"] in shown],
+        "unreachable_tasks": [t for t in full["unreachable_tasks"] if t["framework_id"] in shown],
         "offers": [o for o in full["offers"] if o["framework_id"] in shown],
         "partial": "the viewer's principal may see only part of the state (master.acls)",
     }

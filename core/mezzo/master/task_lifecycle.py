@@ -24,7 +24,7 @@ from ..wire.ttypes import Filters, TaskInfo, TaskState, TaskStatus
 from . import launch as launch_rules
 from .audit import refused
 from .records import REASON_MAX, AgentRecord, FrameworkRecord, TaskRecord
-from .registry import REFUSE
+from .registry import REFUSE, UNREACHABLE
 
 if TYPE_CHECKING:
     from ..acls import Acls
@@ -145,9 +145,16 @@ class TaskLifecycle:
 
     def kill(self, record: FrameworkRecord, task_id: str) -> None:
         """The framework asks to kill ``task_id``: sent to its agent now, or when the
-        agent re-registers; a task the master does not know is answered TASK_LOST,
-        reason :data:`TASK_UNKNOWN`."""
+        agent re-registers (or comes back from unreachable); a task the master does not
+        know is answered TASK_LOST, reason :data:`TASK_UNKNOWN`."""
         state = self.state
+        unreachable = record.unreachable_tasks.get(task_id)
+        if unreachable is not None:
+            # It may still run, out of reach: killed if its agent comes back (and then
+            # reported TASK_KILLED by it), not reported lost now.
+            unreachable.kill_requested = True
+            log.info("kill deferred: agent unreachable", framework=record.id, task=task_id)
+            return
         task = record.tasks.get(task_id)
         agent = state.agents.get(task.agent_id) if task is not None else None
         if task is None or agent is None:
@@ -289,7 +296,7 @@ class TaskLifecycle:
         framework_id = record.id
         # Nothing here is proportional to the request: it is read a chunk at a time
         # (_answer). The completed tasks are bounded (master.max_completed_tasks).
-        asked: list[TaskStatus] | list[str] = statuses or list(record.tasks)
+        asked: list[TaskStatus] | list[str] = statuses or [*record.tasks, *record.unreachable_tasks]
         ended = {t.id: t for t in state.completed_tasks if t.framework_id == framework_id}
         self._answer(_Reconciliation(record, asked, {}, ended), 0)
 
@@ -312,9 +319,9 @@ class TaskLifecycle:
                 tid = asked.task_id
                 # The agent a task was first named with (later chunks repeat that one).
                 agent_id = named_agent.setdefault(tid, asked.agent_id or "")
-            task = record.tasks.get(tid) or job.ended.get(tid)
+            task = record.tasks.get(tid) or record.unreachable_tasks.get(tid) or job.ended.get(tid)
             if task is None:
-                scheduler.status_update(self._unknown_task_status(framework_id, tid, agent_id))
+                scheduler.status_update(self._unknown_task_status(record, tid, agent_id))
                 continue
             scheduler.status_update(
                 TaskStatus(
@@ -332,21 +339,26 @@ class TaskLifecycle:
         if end < len(job.asked):
             state.clock.call_soon(self._answer, job, end)
 
-    def _unknown_task_status(self, framework_id: str, task_id: str, agent_id: str) -> TaskStatus:
+    def _unknown_task_status(self, record: FrameworkRecord, task_id: str, agent_id: str) -> TaskStatus:
         """The answer for a task this master has no record of, from what it knows of
         the agent the framework names (as Apache Mesos answers):
 
         - the agent is registered here and does not hold the task: it never got
           there (a launch lost with a failed master) or is long gone, TASK_DROPPED;
-        - the agent was declared lost: TASK_LOST;
+        - the agent was declared lost: TASK_LOST; if for its silence (it may come
+          back), TASK_UNREACHABLE to a partition-aware framework;
         - otherwise (no agent named, or one this master has not heard from):
           TASK_UNKNOWN, which is not terminal.
         """
         state = self.state
+        framework_id = record.id
         task_state, message = TaskState.TASK_UNKNOWN, "the master knows no such task"
+        verdict = state.registry.verdict(agent_id) if agent_id else None
         if agent_id in state.agents:
             task_state, message = TaskState.TASK_DROPPED, f"agent {agent_id} does not hold this task"
-        elif agent_id and state.registry.verdict(agent_id) == REFUSE:
+        elif verdict == UNREACHABLE and record.partition_aware:
+            task_state, message = TaskState.TASK_UNREACHABLE, f"agent {agent_id} is unreachable"
+        elif verdict in (REFUSE, UNREACHABLE):
             task_state, message = TaskState.TASK_LOST, f"agent {agent_id} was declared lost"
         return TaskStatus(
             task_id=task_id,

@@ -132,8 +132,10 @@ class Connection(asyncio.Protocol):
         address: str = "",
         offload: OffLoopDecoder | None = None,
         handoff: Callable[[Connection], asyncio.Protocol] | None = None,
+        keepalive: bool = False,
     ) -> None:
         self.schema = schema
+        self._keepalive = keepalive
         self.handler = handler
         self.max_frame = max_frame
         self.tag: Any = None
@@ -194,6 +196,8 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             _set_nodelay(sock)
+            if self._keepalive:
+                _set_keepalive(sock)
 
     def data_received(self, data: bytes) -> None:
         self.last_received = now = self._loop.time()
@@ -531,6 +535,40 @@ def _set_nodelay(sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, AttributeError):  # not TCP (e.g. a unix socket in tests)
         pass
+
+
+KEEPALIVE_IDLE = 10
+"""Seconds a dialled connection may carry nothing before the kernel probes the peer."""
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_PROBES = 3
+UNACKED_TIMEOUT = 30
+"""Seconds data sent may stay unacknowledged before the kernel gives the connection up."""
+
+
+def _set_keepalive(sock: Any) -> None:
+    """Have the kernel find a dialled peer that vanished, even on a connection that
+    carries nothing: after a partition the peer's FIN or RST may never arrive, and an
+    idle agent or scheduler would wait on a dead connection for ever instead of
+    redialling. Probes after :data:`KEEPALIVE_IDLE` s of silence, every
+    :data:`KEEPALIVE_INTERVAL` s, :data:`KEEPALIVE_PROBES` of them (25 s in all); data
+    unacknowledged for :data:`UNACKED_TIMEOUT` s ends it too. (The master finds its
+    silent peers by pinging them, :mod:`mezzo.master.health`.)"""
+    import socket
+
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), KEEPALIVE_IDLE),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), UNACKED_TIMEOUT * 1000),
+    ]
+    for level, option, value in options:
+        if option is None:
+            continue  # not on this platform: the probes that are still help
+        try:
+            sock.setsockopt(level, option, value)
+        except (OSError, AttributeError):  # not TCP (e.g. a unix socket in tests)
+            return
 
 
 class _Decoding:

@@ -5,7 +5,9 @@ one shared handler; ``connect`` dials a peer and returns the connection. Both se
 TCP_NODELAY (Apache Thrift's TSocket never does, and pipelined messages then stall
 on Nagle's algorithm). A server's connections are bounded by the
 :class:`~mezzo.rpc.limits.ConnectionLimiter` it is given (the daemons always give
-one); a dialled connection has no bounds but ``max_frame``. With TLS (:mod:`.tls`)
+one); a dialled connection has no bounds but ``max_frame``, and TCP keepalive on
+(a peer lost behind a partition is found by the kernel: see
+:func:`~mezzo.rpc.connection._set_keepalive`). With TLS (:mod:`.tls`)
 both sides run the handshake before the connection is made: a server's peer is
 refused if it fails it, a client's dial raises :class:`OSError` saying why.
 """
@@ -92,7 +94,7 @@ async def connect(
     loop = asyncio.get_running_loop()
 
     def make() -> Connection:
-        return Connection(schema, handler, max_frame=max_frame, loop=loop)
+        return Connection(schema, handler, max_frame=max_frame, loop=loop, keepalive=True)
 
     if tls is None:
         _transport, conn = await loop.create_connection(make, host, port)

@@ -150,6 +150,10 @@ REASONS: dict[str, str | None] = {
     # rescinded (offer_unknown), so what is left is Mesos' disconnected case.
     "agent_gone": "REASON_AGENT_DISCONNECTED",
     "agent_removed": "REASON_AGENT_REMOVED",
+    # TASK_UNREACHABLE (partition-aware frameworks), and the task's state again when its
+    # agent comes back: Mesos gives these reasons in those two cases.
+    "agent_unreachable": "REASON_AGENT_REMOVED",
+    "agent_reregistered": "REASON_AGENT_REREGISTERED",
     # A task the master (a kill of an unknown task) or the agent does not know, or a
     # re-registered agent does not report.
     "task_unknown": "REASON_TASK_UNKNOWN",
@@ -278,12 +282,18 @@ def _too_deep(text: str) -> bool:
 # -- decoding: client JSON -> kernel -------------------------------------------------------
 
 
+ACTED_ON_CAPABILITIES = frozenset({"PARTITION_AWARE"})
+"""The ``FrameworkInfo.capabilities`` mezzo acts on (passed to the master; others dropped)."""
+
+
 def framework_info(obj: Any, path: str = "subscribe.framework_info") -> FrameworkInfo:
     """A ``FrameworkInfo``: ``name`` (required, non-empty), ``user``, ``id``,
     ``failover_timeout`` (seconds, finite >= 0, default 0), ``hostname`` and the
-    framework's one role (``roles``, else ``role``, else ``"*"``). ``capabilities``,
-    ``labels``, ``principal``, ``webui_url``, ``checkpoint`` and unknown keys are
-    accepted and ignored (see :func:`capabilities`)."""
+    framework's one role (``roles``, else ``role``, else ``"*"``), and of its
+    ``capabilities`` the one mezzo acts on, ``PARTITION_AWARE`` (TASK_UNREACHABLE for
+    its tasks on an agent that falls silent; the others, ``labels``, ``principal``,
+    ``webui_url``, ``checkpoint`` and unknown keys are accepted and ignored; see
+    :func:`capabilities`)."""
     info = _object(obj, path, required=True)
     name = _string(info.get("name"), _at(path, "name"), required=True)
     if not name:
@@ -295,6 +305,7 @@ def framework_info(obj: Any, path: str = "subscribe.framework_info") -> Framewor
         role=_role(info, path),
         hostname=_string(info.get("hostname"), _at(path, "hostname")),
         failover_timeout=_seconds(info.get("failover_timeout"), _at(path, "failover_timeout"), 0.0),
+        capabilities=sorted(capabilities(obj, path) & ACTED_ON_CAPABILITIES),
     )
 
 

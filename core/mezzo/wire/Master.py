@@ -1179,21 +1179,21 @@ class launch_tasks_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.offer_ids = []
-                    (_etype85, _size82) = iprot.readListBegin()
-                    for _i86 in range(_size82):
-                        _elem87 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.offer_ids.append(_elem87)
+                    (_etype92, _size89) = iprot.readListBegin()
+                    for _i93 in range(_size89):
+                        _elem94 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.offer_ids.append(_elem94)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype91, _size88) = iprot.readListBegin()
-                    for _i92 in range(_size88):
-                        _elem93 = TaskInfo()
-                        _elem93.read(iprot)
-                        self.tasks.append(_elem93)
+                    (_etype98, _size95) = iprot.readListBegin()
+                    for _i99 in range(_size95):
+                        _elem100 = TaskInfo()
+                        _elem100.read(iprot)
+                        self.tasks.append(_elem100)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1220,15 +1220,15 @@ class launch_tasks_args(object):
         if self.offer_ids is not None:
             oprot.writeFieldBegin('offer_ids', TType.LIST, 2)
             oprot.writeListBegin(TType.STRING, len(self.offer_ids))
-            for iter94 in self.offer_ids:
-                oprot.writeString(iter94.encode('utf-8') if sys.version_info[0] == 2 else iter94)
+            for iter101 in self.offer_ids:
+                oprot.writeString(iter101.encode('utf-8') if sys.version_info[0] == 2 else iter101)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter95 in self.tasks:
-                iter95.write(oprot)
+            for iter102 in self.tasks:
+                iter102.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.filters is not None:
@@ -1306,10 +1306,10 @@ class decline_offer_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.offer_ids = []
-                    (_etype99, _size96) = iprot.readListBegin()
-                    for _i100 in range(_size96):
-                        _elem101 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.offer_ids.append(_elem101)
+                    (_etype106, _size103) = iprot.readListBegin()
+                    for _i107 in range(_size103):
+                        _elem108 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.offer_ids.append(_elem108)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1336,8 +1336,8 @@ class decline_offer_args(object):
         if self.offer_ids is not None:
             oprot.writeFieldBegin('offer_ids', TType.LIST, 2)
             oprot.writeListBegin(TType.STRING, len(self.offer_ids))
-            for iter102 in self.offer_ids:
-                oprot.writeString(iter102.encode('utf-8') if sys.version_info[0] == 2 else iter102)
+            for iter109 in self.offer_ids:
+                oprot.writeString(iter109.encode('utf-8') if sys.version_info[0] == 2 else iter109)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.filters is not None:
@@ -1782,11 +1782,11 @@ class reconcile_tasks_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.statuses = []
-                    (_etype106, _size103) = iprot.readListBegin()
-                    for _i107 in range(_size103):
-                        _elem108 = TaskStatus()
-                        _elem108.read(iprot)
-                        self.statuses.append(_elem108)
+                    (_etype113, _size110) = iprot.readListBegin()
+                    for _i114 in range(_size110):
+                        _elem115 = TaskStatus()
+                        _elem115.read(iprot)
+                        self.statuses.append(_elem115)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1807,8 +1807,8 @@ class reconcile_tasks_args(object):
         if self.statuses is not None:
             oprot.writeFieldBegin('statuses', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.statuses))
-            for iter109 in self.statuses:
-                iter109.write(oprot)
+            for iter116 in self.statuses:
+                iter116.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2156,33 +2156,33 @@ class reregister_agent_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype113, _size110) = iprot.readListBegin()
-                    for _i114 in range(_size110):
-                        _elem115 = RunningTask()
-                        _elem115.read(iprot)
-                        self.tasks.append(_elem115)
+                    (_etype120, _size117) = iprot.readListBegin()
+                    for _i121 in range(_size117):
+                        _elem122 = RunningTask()
+                        _elem122.read(iprot)
+                        self.tasks.append(_elem122)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 3:
                 if ftype == TType.LIST:
                     self.executors = []
-                    (_etype119, _size116) = iprot.readListBegin()
-                    for _i120 in range(_size116):
-                        _elem121 = ExecutorInfo()
-                        _elem121.read(iprot)
-                        self.executors.append(_elem121)
+                    (_etype126, _size123) = iprot.readListBegin()
+                    for _i127 in range(_size123):
+                        _elem128 = ExecutorInfo()
+                        _elem128.read(iprot)
+                        self.executors.append(_elem128)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.frameworks = []
-                    (_etype125, _size122) = iprot.readListBegin()
-                    for _i126 in range(_size122):
-                        _elem127 = FrameworkInfo()
-                        _elem127.read(iprot)
-                        self.frameworks.append(_elem127)
+                    (_etype132, _size129) = iprot.readListBegin()
+                    for _i133 in range(_size129):
+                        _elem134 = FrameworkInfo()
+                        _elem134.read(iprot)
+                        self.frameworks.append(_elem134)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2203,22 +2203,22 @@ class reregister_agent_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter128 in self.tasks:
-                iter128.write(oprot)
+            for iter135 in self.tasks:
+                iter135.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.executors is not None:
             oprot.writeFieldBegin('executors', TType.LIST, 3)
             oprot.writeListBegin(TType.STRUCT, len(self.executors))
-            for iter129 in self.executors:
-                iter129.write(oprot)
+            for iter136 in self.executors:
+                iter136.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.frameworks is not None:
             oprot.writeFieldBegin('frameworks', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.frameworks))
-            for iter130 in self.frameworks:
-                iter130.write(oprot)
+            for iter137 in self.frameworks:
+                iter137.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -731,11 +731,11 @@ class resource_offers_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.offers = []
-                    (_etype134, _size131) = iprot.readListBegin()
-                    for _i135 in range(_size131):
-                        _elem136 = Offer()
-                        _elem136.read(iprot)
-                        self.offers.append(_elem136)
+                    (_etype141, _size138) = iprot.readListBegin()
+                    for _i142 in range(_size138):
+                        _elem143 = Offer()
+                        _elem143.read(iprot)
+                        self.offers.append(_elem143)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -752,8 +752,8 @@ class resource_offers_args(object):
         if self.offers is not None:
             oprot.writeFieldBegin('offers', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.offers))
-            for iter137 in self.offers:
-                iter137.write(oprot)
+            for iter144 in self.offers:
+                iter144.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()

@@ -242,6 +242,9 @@ class FrameworkInfo(object):
      - role: Weights, guarantees and priority levels may be configured per role.
      - hostname
      - failover_timeout: Seconds the master keeps the framework's tasks after its scheduler disconnects.
+     - capabilities: What the framework can handle. "PARTITION_AWARE": tasks on an agent that falls
+    silent become TASK_UNREACHABLE rather than TASK_LOST, and are kept (and reported
+    again) if the agent comes back. Unknown names are ignored.
 
     """
 
@@ -252,16 +255,22 @@ class FrameworkInfo(object):
         'role',
         'hostname',
         'failover_timeout',
+        'capabilities',
     )
 
 
-    def __init__(self, name=None, user="", framework_id="", role="*", hostname="", failover_timeout=0.0000000000000000,):
+    def __init__(self, name=None, user="", framework_id="", role="*", hostname="", failover_timeout=0.0000000000000000, capabilities=[
+    ],):
         self.name = name
         self.user = user
         self.framework_id = framework_id
         self.role = role
         self.hostname = hostname
         self.failover_timeout = failover_timeout
+        if capabilities is self.thrift_spec[7][4]:
+            capabilities = [
+            ]
+        self.capabilities = capabilities
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -302,6 +311,16 @@ class FrameworkInfo(object):
                     self.failover_timeout = iprot.readDouble()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.LIST:
+                    self.capabilities = []
+                    (_etype28, _size25) = iprot.readListBegin()
+                    for _i29 in range(_size25):
+                        _elem30 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.capabilities.append(_elem30)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -335,6 +354,13 @@ class FrameworkInfo(object):
         if self.failover_timeout is not None:
             oprot.writeFieldBegin('failover_timeout', TType.DOUBLE, 6)
             oprot.writeDouble(self.failover_timeout)
+            oprot.writeFieldEnd()
+        if self.capabilities is not None:
+            oprot.writeFieldBegin('capabilities', TType.LIST, 7)
+            oprot.writeListBegin(TType.STRING, len(self.capabilities))
+            for iter31 in self.capabilities:
+                oprot.writeString(iter31.encode('utf-8') if sys.version_info[0] == 2 else iter31)
+            oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -425,11 +451,11 @@ class AgentInfo(object):
             elif fid == 5:
                 if ftype == TType.MAP:
                     self.attributes = {}
-                    (_ktype26, _vtype27, _size25) = iprot.readMapBegin()
-                    for _i29 in range(_size25):
-                        _key30 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val31 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.attributes[_key30] = _val31
+                    (_ktype33, _vtype34, _size32) = iprot.readMapBegin()
+                    for _i36 in range(_size32):
+                        _key37 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val38 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.attributes[_key37] = _val38
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -467,9 +493,9 @@ class AgentInfo(object):
         if self.attributes is not None:
             oprot.writeFieldBegin('attributes', TType.MAP, 5)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.attributes))
-            for kiter32, viter33 in self.attributes.items():
-                oprot.writeString(kiter32.encode('utf-8') if sys.version_info[0] == 2 else kiter32)
-                oprot.writeString(viter33.encode('utf-8') if sys.version_info[0] == 2 else viter33)
+            for kiter39, viter40 in self.attributes.items():
+                oprot.writeString(kiter39.encode('utf-8') if sys.version_info[0] == 2 else kiter39)
+                oprot.writeString(viter40.encode('utf-8') if sys.version_info[0] == 2 else viter40)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.address is not None:
@@ -577,21 +603,21 @@ class Offer(object):
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.attributes = {}
-                    (_ktype35, _vtype36, _size34) = iprot.readMapBegin()
-                    for _i38 in range(_size34):
-                        _key39 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val40 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.attributes[_key39] = _val40
+                    (_ktype42, _vtype43, _size41) = iprot.readMapBegin()
+                    for _i45 in range(_size41):
+                        _key46 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val47 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.attributes[_key46] = _val47
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 7:
                 if ftype == TType.LIST:
                     self.executor_ids = []
-                    (_etype44, _size41) = iprot.readListBegin()
-                    for _i45 in range(_size41):
-                        _elem46 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.executor_ids.append(_elem46)
+                    (_etype51, _size48) = iprot.readListBegin()
+                    for _i52 in range(_size48):
+                        _elem53 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.executor_ids.append(_elem53)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -634,16 +660,16 @@ class Offer(object):
         if self.attributes is not None:
             oprot.writeFieldBegin('attributes', TType.MAP, 6)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.attributes))
-            for kiter47, viter48 in self.attributes.items():
-                oprot.writeString(kiter47.encode('utf-8') if sys.version_info[0] == 2 else kiter47)
-                oprot.writeString(viter48.encode('utf-8') if sys.version_info[0] == 2 else viter48)
+            for kiter54, viter55 in self.attributes.items():
+                oprot.writeString(kiter54.encode('utf-8') if sys.version_info[0] == 2 else kiter54)
+                oprot.writeString(viter55.encode('utf-8') if sys.version_info[0] == 2 else viter55)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.executor_ids is not None:
             oprot.writeFieldBegin('executor_ids', TType.LIST, 7)
             oprot.writeListBegin(TType.STRING, len(self.executor_ids))
-            for iter49 in self.executor_ids:
-                oprot.writeString(iter49.encode('utf-8') if sys.version_info[0] == 2 else iter49)
+            for iter56 in self.executor_ids:
+                oprot.writeString(iter56.encode('utf-8') if sys.version_info[0] == 2 else iter56)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.long_task_room is not None:
@@ -721,10 +747,10 @@ class CommandInfo(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.arguments = []
-                    (_etype53, _size50) = iprot.readListBegin()
-                    for _i54 in range(_size50):
-                        _elem55 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.arguments.append(_elem55)
+                    (_etype60, _size57) = iprot.readListBegin()
+                    for _i61 in range(_size57):
+                        _elem62 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.arguments.append(_elem62)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -736,11 +762,11 @@ class CommandInfo(object):
             elif fid == 4:
                 if ftype == TType.MAP:
                     self.environment = {}
-                    (_ktype57, _vtype58, _size56) = iprot.readMapBegin()
-                    for _i60 in range(_size56):
-                        _key61 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val62 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.environment[_key61] = _val62
+                    (_ktype64, _vtype65, _size63) = iprot.readMapBegin()
+                    for _i67 in range(_size63):
+                        _key68 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val69 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.environment[_key68] = _val69
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -766,8 +792,8 @@ class CommandInfo(object):
         if self.arguments is not None:
             oprot.writeFieldBegin('arguments', TType.LIST, 2)
             oprot.writeListBegin(TType.STRING, len(self.arguments))
-            for iter63 in self.arguments:
-                oprot.writeString(iter63.encode('utf-8') if sys.version_info[0] == 2 else iter63)
+            for iter70 in self.arguments:
+                oprot.writeString(iter70.encode('utf-8') if sys.version_info[0] == 2 else iter70)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.shell is not None:
@@ -777,9 +803,9 @@ class CommandInfo(object):
         if self.environment is not None:
             oprot.writeFieldBegin('environment', TType.MAP, 4)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.environment))
-            for kiter64, viter65 in self.environment.items():
-                oprot.writeString(kiter64.encode('utf-8') if sys.version_info[0] == 2 else kiter64)
-                oprot.writeString(viter65.encode('utf-8') if sys.version_info[0] == 2 else viter65)
+            for kiter71, viter72 in self.environment.items():
+                oprot.writeString(kiter71.encode('utf-8') if sys.version_info[0] == 2 else kiter71)
+                oprot.writeString(viter72.encode('utf-8') if sys.version_info[0] == 2 else viter72)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.user is not None:
@@ -1020,11 +1046,11 @@ class TaskInfo(object):
             elif fid == 8:
                 if ftype == TType.MAP:
                     self.labels = {}
-                    (_ktype67, _vtype68, _size66) = iprot.readMapBegin()
-                    for _i70 in range(_size66):
-                        _key71 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.labels[_key71] = _val72
+                    (_ktype74, _vtype75, _size73) = iprot.readMapBegin()
+                    for _i77 in range(_size73):
+                        _key78 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.labels[_key78] = _val79
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1074,9 +1100,9 @@ class TaskInfo(object):
         if self.labels is not None:
             oprot.writeFieldBegin('labels', TType.MAP, 8)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.labels))
-            for kiter73, viter74 in self.labels.items():
-                oprot.writeString(kiter73.encode('utf-8') if sys.version_info[0] == 2 else kiter73)
-                oprot.writeString(viter74.encode('utf-8') if sys.version_info[0] == 2 else viter74)
+            for kiter80, viter81 in self.labels.items():
+                oprot.writeString(kiter80.encode('utf-8') if sys.version_info[0] == 2 else kiter80)
+                oprot.writeString(viter81.encode('utf-8') if sys.version_info[0] == 2 else viter81)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.long is not None:
@@ -1604,10 +1630,10 @@ class FrameworkFilters(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.agents = []
-                    (_etype78, _size75) = iprot.readListBegin()
-                    for _i79 in range(_size75):
-                        _elem80 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.agents.append(_elem80)
+                    (_etype85, _size82) = iprot.readListBegin()
+                    for _i86 in range(_size82):
+                        _elem87 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.agents.append(_elem87)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1630,8 +1656,8 @@ class FrameworkFilters(object):
         if self.agents is not None:
             oprot.writeFieldBegin('agents', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.agents))
-            for iter81 in self.agents:
-                oprot.writeString(iter81.encode('utf-8') if sys.version_info[0] == 2 else iter81)
+            for iter88 in self.agents:
+                oprot.writeString(iter88.encode('utf-8') if sys.version_info[0] == 2 else iter88)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.min_free is not None:
@@ -1682,6 +1708,8 @@ FrameworkInfo.thrift_spec = (
     (4, TType.STRING, 'role', 'UTF8', "*", ),  # 4
     (5, TType.STRING, 'hostname', 'UTF8', "", ),  # 5
     (6, TType.DOUBLE, 'failover_timeout', None, 0.0000000000000000, ),  # 6
+    (7, TType.LIST, 'capabilities', (TType.STRING, 'UTF8', False), [
+    ], ),  # 7
 )
 all_structs.append(AgentInfo)
 AgentInfo.thrift_spec = (
