@@ -60,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         failed += not ok
         outcomes = re.search(r"^outcomes: (.*)$", report, re.M)
         problems = re.search(r"^problems: (.*)$", report, re.M)
+        late = re.search(r"^late updates [^:]*: (.*)$", report, re.M)
         faults = report.count(" start ")
         rows.append(
             f"| {seed} | {'pass' if ok else 'FAIL'} | {faults} | {outcomes.group(1) if outcomes else '?'} | "
-            f"{problems.group(1) if problems else '?'} | {took:.0f} |"
+            f"{problems.group(1) if problems else '?'} | "
+            f"{'none' if late and late.group(1) == 'none' else (late.group(1).count(';') + 1 if late else '?')} | "
+            f"{took:.0f} |"
         )
         sections.append(report.replace("# nemesis run", "## Seed", 1).replace("\n# ", "\n## "))
         print(rows[-1], flush=True)
@@ -75,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             "8 agents, each on a simulated host; 3 frameworks, one partition-aware; see the test's "
             "docstring for what is checked). Written by the script; rerun it to refresh.",
             "",
-            "| seed | result | faults played | outcomes | problems | seconds |",
-            "|---|---|---|---|---|---|",
+            "| seed | result | faults played | outcomes | problems | late updates | seconds |",
+            "|---|---|---|---|---|---|---|",
             *rows,
             "",
             *sections,

@@ -20,7 +20,7 @@ import pytest
 
 import mezzo
 from mezzo.testing import netsim
-from mezzo.testing.checker import all_pids, check, task_processes
+from mezzo.testing.checker import all_pids, check, late_updates, task_processes
 from mezzo.testing.nemesis import Nemesis
 from mezzo.testing.simcluster import SimCluster
 from mezzo.testing.workload import HistoryWorkload
@@ -106,6 +106,9 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
             "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())),
             "",
             "problems: " + ("none" if not problems else "\n" + "\n".join(problems)),
+            "",
+            "late updates (reported, not yet held as problems): "
+            + ("none" if not (late := late_updates(workloads)) else "; ".join(late)),
         ]
     )
     (tmp_path / "nemesis-report.md").write_text(report + "\n")

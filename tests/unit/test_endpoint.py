@@ -146,7 +146,7 @@ def test_a_dialled_connection_has_the_kernel_watch_for_a_vanished_peer():
             assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
             assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
             assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
-            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
+            assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 120_000
             assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
             conn.close()
 

@@ -258,3 +258,57 @@ def test_a_known_agent_coming_back_without_a_task_has_it_dropped_and_gets_deferr
     assert set(master.state.frameworks[fid].tasks) == {"kept", "kill-me"}
     assert agent.free.get("cpus") == 2.0  # 4 - kept - kill-me; the dropped one is freed
     assert back.called("kill_task") == [(fid, "kill-me")]
+
+
+def test_a_task_told_lost_stays_lost_though_its_framework_turned_partition_aware(master):
+    # What a framework was told when the agent was declared lost decides, not what it
+    # asks for when the agent comes back: a task reported TASK_LOST is never RUNNING again.
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f", failover_timeout=60))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    master.service.reregister_agent(conn, agent_info("A1", 2), [running(fid, "t", "A1")], [], [])
+    master.service.agent_link_silent(conn, 16.0)
+    ((lost,),) = sched.called("status_update")
+    assert TaskState(lost.state).name == "TASK_LOST"
+
+    upgraded = RecordingConnection("upgraded scheduler")
+    master.service.register_framework(
+        upgraded, FrameworkInfo(name="f", framework_id=fid, failover_timeout=60, capabilities=["PARTITION_AWARE"])
+    )
+    assert master.state.frameworks[fid].partition_aware
+    back = RecordingConnection("back")
+    master.service.reregister_agent(back, agent_info("A1", 2), [running(fid, "t", "A1")], [], [])
+    assert [(f, t) for f, t, *_ in back.called("kill_task")] == [(fid, "t")]
+    assert upgraded.called("status_update") == [] and master.state.frameworks[fid].tasks == {}
+
+
+def test_a_framework_removed_while_its_agent_was_away_is_shut_down_there(master):
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f", capabilities=["PARTITION_AWARE"]))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    master.service.reregister_agent(conn, agent_info("A1", 2), [running(fid, "t", "A1")], [], [])
+    master.service.agent_link_silent(conn, 16.0)
+    master.service.unregister_framework(sched, fid)
+    assert fid not in master.state.frameworks and master.state.unreachable_on == {}
+
+    back = RecordingConnection("back")
+    master.service.reregister_agent(back, agent_info("A1", 2), [running(fid, "t", "A1")], [], [])
+    assert back.called("shutdown_framework") == [(fid,)]
+    agent = master.state.agents["A1"]
+    assert agent.tasks == {} and agent.free == agent.total and master.state.orphans == {}
+
+
+def test_capabilities_are_checked_and_kept_to_the_one_acted_on(master):
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f", capabilities=["x"] * 17))
+    ((message,),) = sched.called("error")
+    assert "capabilities must be at most 16" in message
+    sched = RecordingConnection("scheduler 2")
+    master.service.register_framework(sched, FrameworkInfo(name="g", capabilities=["MULTI_ROLE", "PARTITION_AWARE"]))
+    ((fid, _),) = sched.called("registered")
+    assert master.state.frameworks[fid].info.capabilities == ["PARTITION_AWARE"]

@@ -36,8 +36,8 @@ from . import long_tasks
 from .agent_removals import RemovalLimit
 from .allocation import effective_min_offer
 from .audit import principal_of
-from .records import AgentRecord, TaskRecord
-from .registry import REFUSE, UNREACHABLE
+from .records import AgentRecord, FrameworkRecord, TaskRecord
+from .registry import MAX_UNREACHABLE, REFUSE, UNREACHABLE
 
 if TYPE_CHECKING:
     from .framework_lifecycle import FrameworkLifecycle
@@ -245,8 +245,9 @@ class AgentLifecycle:
         aid = agent.id
         del self.adopting[aid]
         agent.connected = True
+        if agent.was_unreachable:
+            self._settle_missing(agent)
         agent.was_unreachable = False
-        self._settle_missing(agent)
         state.registry.admit(aid, agent.principal, _ignore)
         self.recovery.agent_back(aid)
         state.outbox.agent(job.link).reregistered(aid)
@@ -365,6 +366,7 @@ class AgentLifecycle:
             else:
                 state.orphans.setdefault(ex.framework_id, []).append((agent, key))
         refused: set[tuple[str, str]] = set()
+        shut_down: set[str] = set()
         done = 0
         for rt in running:
             if done == ADOPT_CHUNK:
@@ -385,13 +387,23 @@ class AgentLifecycle:
                 continue
             framework = state.frameworks.get(fid)
             unreachable: TaskRecord | None = None
-            if agent.was_unreachable and framework is not None:
-                unreachable = framework.unreachable_tasks.pop(t.task_id, None)
-                if unreachable is not None:
-                    state.forget_unreachable(unreachable)
-                if not framework.partition_aware:
-                    self._kill_quietly(agent, fid, t.task_id, task_state)
+            if agent.was_unreachable:
+                if framework is None and fid in state.removed_frameworks:
+                    # Removed while its agent was away (its tasks were ended then).
+                    if fid not in shut_down:
+                        shut_down.add(fid)
+                        state.outbox.agent(agent.conn).shutdown_framework(fid)
                     continue
+                if framework is not None:
+                    unreachable = framework.unreachable_tasks.get(t.task_id)
+                    if unreachable is not None and unreachable.agent_id != agent.id:
+                        unreachable = None  # the same id on another agent: not this one's
+                    if unreachable is not None:
+                        del framework.unreachable_tasks[t.task_id]
+                        state.forget_unreachable(unreachable)
+                    elif not self._told_unreachable(agent, framework):
+                        self._kill_quietly(agent, fid, t.task_id, task_state)
+                        continue
             res = _safe_resources(t.resources)
             tr = TaskRecord(framework_id=fid, agent_id=agent.id, info=t, resources=res, state=task_state)
             if latest is not None:
@@ -441,9 +453,10 @@ class AgentLifecycle:
         state = self.state
         for fid, tid in sorted(state.unreachable_on.pop(agent.id, ())):
             framework = state.frameworks.get(fid)
-            task = framework.unreachable_tasks.pop(tid, None) if framework is not None else None
-            if framework is None or task is None:
+            task = framework.unreachable_tasks.get(tid) if framework is not None else None
+            if framework is None or task is None or task.agent_id != agent.id:
                 continue
+            del framework.unreachable_tasks[tid]
             message = f"agent {agent.id} came back without it"
             task.state, task.reason, task.message = TaskState.TASK_LOST, "task_missing_on_agent", message
             task.updated_at = time.time()
@@ -453,6 +466,17 @@ class AgentLifecycle:
             status = state.master_status(task, TaskState.TASK_LOST, "task_missing_on_agent", message)
             state.observe.mezzo_task_status(framework_id=fid, status=status)
             state.tell_status(framework, status)
+
+    def _told_unreachable(self, agent: AgentRecord, framework: FrameworkRecord) -> bool:
+        """Whether ``framework``'s tasks on ``agent``, which it does not hold as
+        unreachable, were told TASK_UNREACHABLE (kept) rather than TASK_LOST (killed).
+        This master knows for an agent it declared unreachable itself: only those in
+        :attr:`FrameworkRecord.unreachable_tasks` were (so a framework that turned
+        partition-aware since is not told a lost task runs again). For one an earlier
+        master declared, what the framework asks for now is all there is to go by."""
+        if agent.id in self.state.declared_unreachable:
+            return False
+        return framework.partition_aware
 
     def _kill_quietly(self, agent: AgentRecord, fid: str, task_id: str, task_state: int) -> None:
         """A returning unreachable agent reports a task of a framework that is not
@@ -576,6 +600,9 @@ class AgentLifecycle:
             adoption.stop()
         if unreachable:
             state.registry.mark_unreachable(agent.id)
+            state.declared_unreachable[agent.id] = None
+            while len(state.declared_unreachable) > MAX_UNREACHABLE:
+                state.declared_unreachable.popitem(last=False)
         else:
             state.registry.remove(agent.id)
         state.rescind_offers(list(agent.offers.values()), notify=True)

@@ -31,7 +31,7 @@ import structlog
 
 from ..wire.ttypes import FrameworkInfo, TaskState
 from .audit import principal_of
-from .records import FrameworkRecord, TaskRecord
+from .records import FrameworkRecord, TaskRecord, known_capabilities
 
 if TYPE_CHECKING:
     from ..resources import Resources
@@ -107,6 +107,7 @@ class FrameworkLifecycle:
         state = self.state
         fid = info.framework_id
         info.role = info.role if isinstance(info.role, str) and info.role else "*"
+        info.capabilities = known_capabilities(info.capabilities)  # an agent's word: checked
         record = FrameworkRecord(id=fid, info=info, conn=None)
         state.frameworks[fid] = record
         state.allocator.add_framework(fid, info)

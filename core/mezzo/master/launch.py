@@ -296,7 +296,7 @@ def _check_task(
     tid = task.task_id
     if not isinstance(tid, str) or not tid.strip():
         return error(INVALID_TASK_ID, "task id is empty")
-    if tid in framework.tasks or tid in batch_ids:
+    if tid in framework.tasks or tid in framework.unreachable_tasks or tid in batch_ids:
         return error(DUPLICATE_TASK_ID, f"task id {tid!r} is already in use by this framework")
     if task.agent_id != agent.id:
         return error(WRONG_AGENT, f"task names agent {task.agent_id!r} but its offers are on {agent.id}")

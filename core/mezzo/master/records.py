@@ -18,6 +18,16 @@ from .forwarded_updates import ForwardedUpdates
 
 PARTITION_AWARE = "PARTITION_AWARE"
 """The ``FrameworkInfo.capabilities`` name of a framework that asks for TASK_UNREACHABLE."""
+
+
+def known_capabilities(names: object) -> list[str]:
+    """Of a peer's ``FrameworkInfo.capabilities``, the ones the master acts on (a list
+    of at most one name, so that checking it costs nothing however long the peer's was)."""
+    if not isinstance(names, list):
+        return []
+    return [PARTITION_AWARE] if PARTITION_AWARE in names[:64] else []
+
+
 MAX_UNREACHABLE_TASKS = 100_000
 """A framework's unreachable tasks the master remembers (the oldest beyond are forgotten:
 reconciling them then answers as for an agent declared lost)."""

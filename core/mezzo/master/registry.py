@@ -150,12 +150,15 @@ class ZkRegistry:
         self._zk.ensure_path(self.unreachable_path)
         self._move_old_list()
         self.admitted = dict(parse_node_name(name) for name in self._zk.get_children(self.path))
-        # Listed in both (a leader died between writing one and deleting the other): admitted.
-        self.unreachable = OrderedDict(
-            (aid, owner)
-            for aid, owner in map(parse_node_name, sorted(self._zk.get_children(self.unreachable_path)))
-            if aid not in self.admitted
-        )
+        self.unreachable = OrderedDict()
+        for name in sorted(self._zk.get_children(self.unreachable_path)):
+            aid, owner = parse_node_name(name)
+            if aid in self.admitted:
+                # Listed in both (a leader died between writing one and deleting the
+                # other): admitted, and the other goes, or a later removal would leave it.
+                self._delete(f"{self.unreachable_path}/{name}", aid)
+            else:
+                self.unreachable[aid] = owner
         return dict(self.admitted)
 
     def _move_old_list(self) -> None:
@@ -220,7 +223,7 @@ class ZkRegistry:
                 log.error("cannot record an admitted agent in ZooKeeper", agent=agent_id, error=repr(exc))
                 ok = False
             if ok and was_unreachable:  # listed as admitted first: never in neither list
-                self._delete(f"{self.unreachable_path}/{node_name(agent_id, owner)}", agent_id)
+                self._call_soon(self._delete_if, agent_id, self.admitted, self.unreachable_path, owner)
             self._call_soon(done, ok)
 
         self._zk.create_async(f"{self.path}/{node_name(agent_id, owner)}", b"").rawlink(written)
@@ -244,7 +247,7 @@ class ZkRegistry:
             except Exception as exc:  # noqa: BLE001 - it stays admitted in ZooKeeper: welcome back either way
                 log.error("cannot list an unreachable agent in ZooKeeper", agent=agent_id, error=repr(exc))
                 return
-            self._delete(f"{self.path}/{name}", agent_id)
+            self._call_soon(self._delete_if, agent_id, self.unreachable, self.path, owner)
 
         self._zk.create_async(f"{self.unreachable_path}/{name}", b"").rawlink(created)
         while len(self.unreachable) > MAX_UNREACHABLE:
@@ -259,6 +262,13 @@ class ZkRegistry:
             return
         owner = self.admitted.pop(agent_id)
         self._delete(f"{self.path}/{node_name(agent_id, owner)}", agent_id)
+
+    def _delete_if(self, agent_id: str, still_in: dict, folder: str, owner: str | None) -> None:
+        """On the loop, once ZooKeeper has the agent in its new list: delete it from the
+        other (``folder``), unless it moved back meanwhile (``still_in`` no longer lists
+        it). Writes of one session apply in order, so a later move is not undone."""
+        if agent_id in still_in:
+            self._delete(f"{folder}/{node_name(agent_id, owner)}", agent_id)
 
     def _delete(self, path: str, agent_id: str) -> None:
         def deleted(result: Any) -> None:

@@ -55,7 +55,7 @@ from ..wire.ttypes import (
 from .audit import principal_of, refused, refuses_on_framework
 from .call_rates import CallRates, Verdict
 from .file_requests import FileRequests
-from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag
+from .records import AgentRecord, AgentTag, FrameworkRecord, FrameworkTag, known_capabilities
 
 if TYPE_CHECKING:
     from .agent_lifecycle import AgentLifecycle
@@ -249,7 +249,7 @@ class MasterService:
                 "characters (e.g. PARTITION_AWARE)"
             )
             return
-        framework.capabilities = capabilities
+        framework.capabilities = known_capabilities(capabilities)
         framework.role = framework.role if isinstance(framework.role, str) and framework.role else "*"
         fid = framework.framework_id if isinstance(framework.framework_id, str) else ""
         framework.framework_id = fid or None

@@ -136,6 +136,9 @@ class ClusterState:
         """Frameworks removed in this term, newest last, with their histories."""
         self.removed_frameworks: OrderedDict[str, str] = OrderedDict()
         """Ids of frameworks removed in this term, with why (bounded)."""
+        self.declared_unreachable: OrderedDict[str, None] = OrderedDict()
+        """Agents this master declared unreachable (bounded): for them it knows which
+        tasks were told TASK_UNREACHABLE and which TASK_LOST."""
         self.unreachable_on: dict[str, set[tuple[str, str]]] = {}
         """(framework id, task id) of the unreachable tasks (:meth:`task_unreachable`) by
         the agent they were on, so that an agent coming back settles its own in time
@@ -293,6 +296,7 @@ class ClusterState:
         ``task`` is released (its resources leave with the agent) but kept as
         TASK_UNREACHABLE, reason ``agent_unreachable``, until the agent comes back."""
         self.release_task(task, agent)
+        task.info.data = None  # never sent again: the agent has it, or it is lost
         task.state, task.reason, task.message = TaskState.TASK_UNREACHABLE, "agent_unreachable", message
         task.updated_at = time.time()
         task.moved_to(task.state, task.updated_at, task.reason, message, "master")

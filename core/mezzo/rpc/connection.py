@@ -541,8 +541,9 @@ KEEPALIVE_IDLE = 10
 """Seconds a dialled connection may carry nothing before the kernel probes the peer."""
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_PROBES = 3
-UNACKED_TIMEOUT = 30
-"""Seconds data sent may stay unacknowledged before the kernel gives the connection up."""
+UNACKED_TIMEOUT = 120
+"""Seconds data sent may stay unacknowledged before the kernel gives the connection up
+(long: a peer that stops reading for a while, e.g. an overloaded master, is not dead)."""
 
 
 def _set_keepalive(sock: Any) -> None:
