@@ -148,7 +148,13 @@ def wait(predicate, timeout: float, what: str):
         time.sleep(0.05)
 
 
+def say(t0: float, what: str) -> None:
+    """A progress line (on stderr): a run takes minutes, none of them silent."""
+    print(f"  [{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def one_run(args: argparse.Namespace, workdir: Path) -> dict:
+    t0 = time.monotonic()
     with SimNetwork() as net:
         master_host = net.add_host("master")
         hosts = [net.add_host(f"h{i}") for i in range(1, args.hosts + 1)]
@@ -214,20 +220,23 @@ def one_run(args: argparse.Namespace, workdir: Path) -> dict:
                 )
             agents = per_host * args.hosts
             wait(lambda: (s := _state(address)) and len(s["agents"]) >= agents, 300, f"{agents} agents")
+            say(t0, f"{agents} agents registered")
             aware, lossy, probe = Holder("aware"), Holder("lossy"), Probe()
-            for scheduler, info in (
-                (aware, FrameworkInfo(name="aware", capabilities=["PARTITION_AWARE"], failover_timeout=600)),
-                (lossy, FrameworkInfo(name="lossy", failover_timeout=600)),
-                (probe, FrameworkInfo(name="probe", failover_timeout=600)),
-            ):
+
+            def start(scheduler: mezzo.Scheduler, info: FrameworkInfo) -> None:
                 driver = mezzo.SchedulerDriver(scheduler, info, address)
                 driver.start()
                 drivers.append(driver)
+
+            start(aware, FrameworkInfo(name="aware", capabilities=["PARTITION_AWARE"], failover_timeout=600))
+            start(lossy, FrameworkInfo(name="lossy", failover_timeout=600))
             wait(
                 lambda: len(aware.running) == agents and len(lossy.running) == agents,
                 300,
                 "every hold to run",
             )
+            say(t0, f"{2 * agents} held tasks running")
+            start(probe, FrameworkInfo(name="probe", failover_timeout=600))  # after: it would crowd them
             state = _state(address)
             assert state is not None
             by_host: dict[str, str] = {}
@@ -254,6 +263,7 @@ def one_run(args: argparse.Namespace, workdir: Path) -> dict:
                 "every cut task to be reported",
             )
             reported = time.monotonic()
+            say(t0, f"cut; every task on the {len(cut_agents)} cut agents reported")
             during_rate, longest_gap = probe.rate(cut, reported)
             unreachable = aware.times(aware_cut, "TASK_UNREACHABLE", cut)
             lost = lossy.times(lossy_cut, "TASK_LOST", cut)
@@ -266,12 +276,14 @@ def one_run(args: argparse.Namespace, workdir: Path) -> dict:
                 "every unreachable task to be back",
             )
             back = aware.times(aware_cut, "agent_reregistered", healed)
+            say(t0, "healed; every unreachable task back")
             wait(
                 lambda: (s := _state(address)) and sum(a["connected"] for a in s["agents"]) == agents,
                 args.timeout,
                 "every agent to be registered again",
             )
             agents_back = time.monotonic() - healed
+            say(t0, "every agent registered again")
             state = _state(address)
             assert state is not None
             lossy_left = sum(
@@ -295,6 +307,7 @@ def one_run(args: argparse.Namespace, workdir: Path) -> dict:
                 driver.stop()
             for proc in reversed(procs):
                 terminate(proc, grace=10)
+            say(t0, "stopped")
 
 
 def _state(address: str) -> dict | None:

@@ -170,7 +170,7 @@ def pytest_addoption(parser):
     )
     parser.addoption(
         "--nemesis-seconds", type=float, default=None, metavar="S",
-        help="how long tests/test_nemesis.py's faults go on (default: 45)",
+        help="how long tests/test_nemesis.py's faults go on (default: 30)",
     )
     parser.addoption(
         "--nemesis-tasks", type=int, default=None, metavar="N",

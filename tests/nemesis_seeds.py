@@ -44,8 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix=f"mezzo-nemesis-{seed}-") as tmp:
             command = [
-                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_nemesis.py",
-                "--basetemp", tmp, "--nemesis-seed", str(seed),
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "tests/test_nemesis.py",
+                "--basetemp",
+                tmp,
+                "--nemesis-seed",
+                str(seed),
             ]
             if args.seconds is not None:
                 command += ["--nemesis-seconds", str(args.seconds)]
@@ -55,18 +64,19 @@ def main(argv: list[str] | None = None) -> int:
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
             took = time.monotonic() - started
             reports = list(Path(tmp).rglob("nemesis-report.md"))
-            report = reports[0].read_text() if reports else f"# nemesis run, seed {seed}\n\nno report:\n\n```\n{done.stdout[-3000:]}\n```\n"
+            report = (
+                reports[0].read_text()
+                if reports
+                else f"# nemesis run, seed {seed}\n\nno report:\n\n```\n{done.stdout[-3000:]}\n```\n"
+            )
         ok = done.returncode == 0
         failed += not ok
         outcomes = re.search(r"^outcomes: (.*)$", report, re.M)
         problems = re.search(r"^problems: (.*)$", report, re.M)
-        late = re.search(r"^late updates [^:]*: (.*)$", report, re.M)
         faults = report.count(" start ")
         rows.append(
             f"| {seed} | {'pass' if ok else 'FAIL'} | {faults} | {outcomes.group(1) if outcomes else '?'} | "
-            f"{problems.group(1) if problems else '?'} | "
-            f"{'none' if late and late.group(1) == 'none' else (late.group(1).count(';') + 1 if late else '?')} | "
-            f"{took:.0f} |"
+            f"{problems.group(1) if problems else '?'} | {took:.0f} |"
         )
         sections.append(report.replace("# nemesis run", "## Seed", 1).replace("\n# ", "\n## "))
         print(rows[-1], flush=True)
@@ -78,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             "8 agents, each on a simulated host; 3 frameworks, one partition-aware; see the test's "
             "docstring for what is checked). Written by the script; rerun it to refresh.",
             "",
-            "| seed | result | faults played | outcomes | problems | late updates | seconds |",
-            "|---|---|---|---|---|---|---|",
+            "| seed | result | faults played | outcomes | problems | seconds |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             *sections,

@@ -20,7 +20,7 @@ import pytest
 
 import mezzo
 from mezzo.testing import netsim
-from mezzo.testing.checker import all_pids, check, late_updates, task_processes
+from mezzo.testing.checker import all_pids, check, task_processes
 from mezzo.testing.nemesis import Nemesis
 from mezzo.testing.simcluster import SimCluster
 from mezzo.testing.workload import HistoryWorkload
@@ -41,7 +41,7 @@ FRAMEWORKS = 3
 
 def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request, tmp_path):
     seed = request.config.getoption("--nemesis-seed") or 1
-    seconds = request.config.getoption("--nemesis-seconds") or 40.0
+    seconds = request.config.getoption("--nemesis-seconds") or 30.0
     tasks = request.config.getoption("--nemesis-tasks") or 2000
     with SimCluster(
         agents=8,
@@ -61,7 +61,7 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
                 tmp_path / "marks",
                 seed=seed,
                 partition_aware=i == 0,  # one asks for TASK_UNREACHABLE, two for TASK_LOST
-                # 2,000 tasks of 1 s (+-50 %), 16 at a time each: about as long as the faults.
+                # 2,000 tasks of 0.75 s (+-50 %) in 30 s of faults, 16 at a time each: they last about as long.
                 duration=1.0 * (seconds / 40.0) * (2000 / tasks),
             )
             for i in range(FRAMEWORKS)
@@ -106,9 +106,6 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
             "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())),
             "",
             "problems: " + ("none" if not problems else "\n" + "\n".join(problems)),
-            "",
-            "late updates (reported, not yet held as problems): "
-            + ("none" if not (late := late_updates(workloads)) else "; ".join(late)),
         ]
     )
     (tmp_path / "nemesis-report.md").write_text(report + "\n")

@@ -8,9 +8,10 @@ What must hold once the faults are healed and every task has ended:
 1. **One outcome per task.** Every task launched has a terminal update; all its
    terminal updates name the same state; at most one of them is the task's own end
    (the others may only be answers to reconciliation, reason ``reconciliation``,
-   which a framework asking again may get any number of times). TASK_UNREACHABLE, not
-   terminal, goes only to partition-aware frameworks. (:func:`late_updates` lists
-   non-terminal updates that came after a task's end; not yet held as a problem.)
+   which a framework asking again may get any number of times); nothing but terminal
+   updates comes after its own end (a task reported lost never runs again; a
+   reconciliation answer may run ahead of updates still on their way, as in Mesos).
+   TASK_UNREACHABLE, not terminal, goes only to partition-aware frameworks.
 2. **Nothing runs twice.** A task launched once started at most once (its marks file,
    written by the task itself, has at most one line); one reported TASK_FINISHED did
    start.
@@ -55,6 +56,7 @@ def check(
     for w in workloads:
         framework_names.add(w.name)
         problems += _outcomes(w)
+        problems += _late_updates(w)
         problems += _starts(w)
     problems += _master_view(master_state, framework_names)
     problems += [
@@ -101,21 +103,20 @@ def _outcomes(w: HistoryWorkload) -> list[str]:
     return problems
 
 
-def late_updates(workloads: Iterable[HistoryWorkload]) -> list[str]:
-    """Non-terminal updates a framework got after a task's first terminal one. Not
-    counted as a problem by :func:`check` yet: the nemesis test found some (a
-    TASK_RUNNING, delivered late, after TASK_FINISHED, across a failover), which are
-    reported while the cause is looked for (issue 20's notes)."""
+def _late_updates(w: HistoryWorkload) -> list[str]:
+    """Non-terminal updates after a task's own end (its first terminal update that is
+    not a reconciliation answer): a task reported ended never runs again. Only its own
+    end counts: a reconciliation answer gives the latest state the master knows, which
+    may be ahead of updates still on their way from the agent (as in Mesos)."""
     found = []
-    for w in workloads:
-        ended: set[str] = set()
-        for e in w.history:
-            if e.kind != "update":
-                continue
-            if e.task in ended and e.state not in TERMINAL:
-                found.append(f"{e.task}: {e.state} ({e.reason or 'no reason'}) after its end")
-            elif e.state in TERMINAL:
-                ended.add(e.task)
+    ended: set[str] = set()
+    for e in w.history:
+        if e.kind != "update":
+            continue
+        if e.task in ended and e.state not in TERMINAL:
+            found.append(f"{e.task}: {e.state} ({e.reason or 'no reason'}) after its end")
+        elif e.state in TERMINAL and e.reason != "reconciliation":
+            ended.add(e.task)
     return found
 
 
