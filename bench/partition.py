@@ -38,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import subprocess
 import sys
@@ -53,11 +54,13 @@ from _report import write_section
 from mezzo import Filters, FrameworkInfo, Resources
 from mezzo.emulation import emulated_task
 from mezzo.state_client import MasterUnreachable, fetch_state
-from mezzo.testing import free_port, netsim, to_toml
+from mezzo.testing import free_port, netsim, to_toml, wait_for
 from mezzo.testing.netsim import SimNetwork
 
 HOLD = Resources(cpus=1, mem=64)
 PROBE = Resources(cpus=0.5, mem=32)
+wait = functools.partial(wait_for, interval=0.05)
+"""Polls (the master's state, mostly) every 50 ms: faster would load the master measured."""
 
 
 class Holder(mezzo.Scheduler):
@@ -135,17 +138,6 @@ class Probe(mezzo.Scheduler):
             return 0.0, end - start
         gaps = [b - a for a, b in zip([start, *times], [*times, end], strict=True)]
         return len(times) / (end - start), max(gaps)
-
-
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def say(t0: float, what: str) -> None:

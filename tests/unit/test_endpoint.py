@@ -109,26 +109,7 @@ def test_large_message_within_limit_crosses():
     run(main())
 
 
-def test_tcp_nodelay_on_both_ends():
-    async def main():
-        master = MasterStub()
-        server, port = await start(master)
-        async with server:
-            sched = Inbox(SCHEDULER.methods)
-            conn = await connect("127.0.0.1", port, SCHEDULER, sched)
-            conn.remote(MASTER).register_framework(FrameworkInfo(name="n"))
-            await sched.next()
-            for c in (conn, master.conns[0]):
-                sock = c._transport.get_extra_info("socket")
-                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-            assert master.conns[0].peer.startswith("127.0.0.1:")
-            assert conn.peer == f"127.0.0.1:{port}"
-            conn.close()
-
-    run(main())
-
-
-def test_a_dialled_connection_has_the_kernel_watch_for_a_vanished_peer():
+def test_tcp_nodelay_on_both_ends_and_keepalive_on_the_dialler():
     # After a partition the master's FIN may never arrive: an idle agent must not wait
     # on a dead connection for ever. The dialler's socket keeps alive; the server's is
     # left alone (the master pings its peers itself).
@@ -142,6 +123,10 @@ def test_a_dialled_connection_has_the_kernel_watch_for_a_vanished_peer():
             await sched.next()
             dialled = conn._transport.get_extra_info("socket")
             accepted = master.conns[0]._transport.get_extra_info("socket")
+            for sock in (dialled, accepted):
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            assert master.conns[0].peer.startswith("127.0.0.1:")
+            assert conn.peer == f"127.0.0.1:{port}"
             assert dialled.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
             assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
             assert dialled.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5

@@ -19,6 +19,7 @@ where everything is and what to run against it, and tears it down on Ctrl-C;
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import signal
 import sys
 from collections.abc import Mapping
@@ -125,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--agents: between 1 and 200, not {args.agents}")
     if not 1 <= args.masters <= 9:
         p.error(f"--masters: between 1 and 9, not {args.masters}")
+    try:
+        supernet = ipaddress.ip_network(args.supernet)
+    except ValueError:
+        p.error(f"--supernet: an IPv4 network such as {DEFAULT_SUPERNET}, not {args.supernet!r}")
+    if not isinstance(supernet, ipaddress.IPv4Network) or supernet.prefixlen > 24:
+        p.error(f"--supernet: an IPv4 network of /24 or larger, not {args.supernet}")
     sim = SimCluster(
         args.agents, args.masters, supernet=args.supernet, agent_resources=args.resources, directory=args.dir
     )
