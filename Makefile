@@ -4,6 +4,8 @@
 #   make test   install everything and run the whole test suite.
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml.
 #   make hooks-doc  regenerate docs/hooks.md after a change to core/mezzo/hookspecs.py.
+#   make dist   build a wheel of every distribution into dist/ (DIST_DIR=...): what
+#               docs/deploying.md installs on a cluster's hosts.
 # Everything installs into ./.venv; system packages (thrift-compiler, zookeeper, lxc, mpich, chromium) via apt-get.
 
 PYTHON ?= python3
@@ -13,8 +15,9 @@ DISTS  := core plugins/drf plugins/priority plugins/lottery $(wildcard isolators
 STAMP  := $(VENV)/.installed
 # What `make lint` checks (core/mezzo/wire, generated, is excluded in pyproject.toml).
 LINT_PATHS := core plugins isolators bench docs
+DIST_DIR ?= dist
 
-.PHONY: setup run test lint hooks-doc thrift check-thrift bench bench-quick clean
+.PHONY: setup run test lint dist hooks-doc thrift check-thrift bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -46,6 +49,18 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# One wheel per distribution (pure Python: one build serves every host). Built without
+# build isolation, with the venv's setuptools (requirements-dev.txt): seconds, not a
+# fresh setuptools download per distribution. setuptools builds in each folder's build/:
+# removed before (it never deletes a stale module there, and would ship it) and after
+# (mypy would check the copies).
+BUILD_DIRS := $(foreach d,$(DISTS),$(d)/build)
+dist: setup
+	@mkdir -p $(DIST_DIR) && rm -f $(DIST_DIR)/mezzo*.whl && rm -rf $(BUILD_DIRS)
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(DIST_DIR) $(foreach d,$(DISTS),./$(d)); \
+		status=$$?; rm -rf $(BUILD_DIRS); exit $$status
+	@ls -1 $(DIST_DIR)/mezzo*.whl
 
 # Every check runs even when an earlier one fails, so one run lists everything.
 # mypy runs once per distribution (see [tool.mypy] in pyproject.toml for why).

@@ -839,11 +839,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args(argv)
     if args.quick:
-        args.runs, args.agents, args.time_scale = 1, 4, 0.1
+        args.runs, args.agents, args.time_scale = 1, 4, 0.05
         args.fb_jobs, args.large_jobs, args.large_maps = 8, 2, 8
         args.spark_jobs, args.spark_iterations, args.spark_partitions, args.spark_rows = 2, 2, 4, 500
         args.spark_executor_mem, args.mpi_small, args.mpi_large, args.mpi_ranks = 1024.0, 1, 1, 4
-        args.mpi_spacing, args.sample, args.timeout = 10.0, 0.5, 100.0
+        args.mpi_spacing, args.sample, args.timeout = 5.0, 0.5, 100.0
     if args.agents % 4 or args.agents < 4:
         p.error(f"--agents: a multiple of 4 (a quarter each when static), not {args.agents}")
     if args.mpi_ranks > (args.agents // 4) * args.agent_cpus:

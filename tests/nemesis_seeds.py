@@ -73,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         failed += not ok
         outcomes = re.search(r"^outcomes: (.*)$", report, re.M)
         problems = re.search(r"^problems: (.*)$", report, re.M)
+        along = re.search(r"^along the way: (\d+) tasks .*?, (\d+) of them", report, re.M)
         faults = report.count(" start ")
         rows.append(
             f"| {seed} | {'pass' if ok else 'FAIL'} | {faults} | {outcomes.group(1) if outcomes else '?'} | "
-            f"{problems.group(1) if problems else '?'} | {took:.0f} |"
+            f"{'/'.join(along.groups()) if along else '?'} | {problems.group(1) if problems else '?'} | {took:.0f} |"
         )
         sections.append(report.replace("# nemesis run", "## Seed", 1).replace("\n# ", "\n## "))
         print(rows[-1], flush=True)
@@ -88,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             "8 agents, each on a simulated host; 3 frameworks, one partition-aware; see the test's "
             "docstring for what is checked). Written by the script; rerun it to refresh.",
             "",
-            "| seed | result | faults played | outcomes | problems | seconds |",
-            "|---|---|---|---|---|---|",
+            "| seed | result | faults played | outcomes | unreachable / back | problems | seconds |",
+            "|---|---|---|---|---|---|---|",
             *rows,
             "",
             *sections,

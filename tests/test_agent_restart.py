@@ -129,3 +129,38 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def test_agent_stopped_for_an_upgrade_leaves_its_tasks_to_the_next(make_cluster, drivers, tmp_path):
+    # keep_tasks_on_stop: SIGTERM (systemctl stop) ends the agent but not its tasks;
+    # the agent started next on the same work dir takes them back, nothing reported lost.
+    cluster = make_cluster(1, master={"allocation_interval": 0.01},
+                           agent={"reconnect_interval": 0.1, "keep_tasks_on_stop": True},
+                           agent_resources="cpus:4;mem:1024")
+    launched: list = []
+    rec = Recorder(_launch_all(tmp_path, launched))
+    drivers(rec, "upgrade", cluster.master)
+    wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
+             and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
+    (agent_id,) = launched
+    pids = {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+
+    cluster.kill("agent-1", signal.SIGTERM)  # waits for the process to exit
+    assert all(_alive(int(p)) for p in pids.values()), "a task died with the agent"
+    log = (cluster.dir / "agent-1.log").read_text()
+    assert "leaving tasks running for the next agent on this work dir" in log
+    assert (cluster.dir / "agent-1" / "meta" / "journal").exists(), "the journal went with the agent"
+    (tmp_path / "go-early").touch()  # one ends while no agent runs
+
+    cluster.start_agent(1)
+    (agent,) = cluster.wait_for_agents(1)["agents"]
+    assert agent["id"] == agent_id
+    early = wait_for(lambda: rec.final("early"), 15, "the early task's end")
+    assert mezzo.state_name(early.state) == "TASK_FAILED" and early.exit_code == 7, early
+    (tmp_path / "go").touch()
+    wait_for(lambda: all(rec.final(t) for t in TASKS), 15, "every task to end")
+    for tid in TASKS:
+        terminal = [s for s in rec.states_of(tid) if mezzo.is_terminal(getattr(mezzo.TaskState, s))]
+        assert terminal == ["TASK_FAILED" if tid == "early" else "TASK_FINISHED"], (tid, rec.states_of(tid))
+        assert (tmp_path / f"{tid}.pids").read_text() == pids[tid], tid  # adopted, not started again
+    wait_for(lambda: cluster.state()["tasks"] == [], 10, "the master to release every task")

@@ -248,8 +248,8 @@ def test_run_says_what_it_waits_for_and_gives_up_when_the_master_is_gone(make_cl
 
     cluster = make_cluster(1, agent_resources="cpus:1;mem:512", master={"allocation_interval": 0.01})
     hog = subprocess.Popen([sys.executable, "-m", "mezzo", "run", "--master", cluster.master, "--cpus", "1",
-                            "--mem", "16", "--", "sleep", "60"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+                            "--mem", "16", "--lost-master-after", "2", "--", "sleep", "60"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         from mezzo.operator_client import OperatorClient
         from mezzo.testing import wait_for
@@ -257,20 +257,24 @@ def test_run_says_what_it_waits_for_and_gives_up_when_the_master_is_gone(make_cl
         with OperatorClient(cluster.master) as api:
             wait_for(lambda: api.get("/tasks", state="TASK_RUNNING")["total"] == 1, 30, "the hog to run")
         # The waiting line comes 3 s in (mezzo.cli.run_task.WAITING_REPORT_SECONDS).
-        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "5",
+        r = mezzo("run", "--master", cluster.master, "--cpus", "1", "--mem", "16", "--timeout", "4",
                   "--", "true", timeout=30)
         assert r.returncode == 124
         assert "waiting: no agent has 1 cpus, 16 mem free now" in r.stderr
-        assert "gave up after 5 s" in r.stderr
+        assert "gave up after 4 s" in r.stderr
 
         cluster.stop()  # the master goes away under the running hog
         started = time.monotonic()
         _, err = hog.communicate(timeout=60)
     finally:
         hog.kill()
-    # The default window: 10 s after the master was lost (not a redial for ever).
-    assert hog.returncode == 1 and "gave up: the master was gone for 10 s" in err
-    assert time.monotonic() - started < 30
+    # Given up once the master was gone for --lost-master-after (not a redial for ever);
+    # that is 10 s unless given.
+    assert hog.returncode == 1 and "gave up: the master was gone for 2 s" in err
+    assert time.monotonic() - started < 20
+    from mezzo.cli.main import build_parser
+
+    assert build_parser().parse_args(["run", "--", "true"]).lost_master_after == 10.0
 
 
 def test_run_says_it_needs_the_http_api_when_the_master_has_it_off(make_cluster):

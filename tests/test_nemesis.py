@@ -89,6 +89,11 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
             for d in drivers:
                 d.stop()
     outcomes = collections.Counter(s for w in workloads for s in w.ended.values())
+    # Partition semantics at work: tasks reported unreachable, and those of them reported
+    # running again when their agent came back.
+    updates = [e for w in workloads for e in w.history if e.kind == "update"]
+    unreachable = {e.task for e in updates if e.state == "TASK_UNREACHABLE"}
+    came_back = {e.task for e in updates if e.reason == "agent_reregistered" and e.task in unreachable}
     report = "\n".join(
         [
             f"# nemesis run, seed {seed}",
@@ -104,6 +109,9 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
             + "; ".join(f"{t:.1f}s {what} {f.kind} {','.join(f.targets)}" for t, what, f in nemesis.log),
             "",
             "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())),
+            "",
+            f"along the way: {len(unreachable)} tasks reported TASK_UNREACHABLE, "
+            f"{len(came_back)} of them back with reason agent_reregistered",
             "",
             "problems: " + ("none" if not problems else "\n" + "\n".join(problems)),
         ]

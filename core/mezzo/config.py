@@ -169,6 +169,17 @@ def check_framework_health(table: MasterConfig, prefix: str) -> None:
         )
 
 
+def check_agent_stop(table: AgentConfig, prefix: str) -> None:
+    """Tasks left running at a stop are taken back through the journal: without it
+    they would be orphans nobody reports. Raises :class:`ConfigError` naming the key."""
+    if table.keep_tasks_on_stop and not table.checkpoint:
+        raise ConfigError(
+            f"{prefix}keep_tasks_on_stop",
+            "needs checkpoint = true: a restarted agent takes back the tasks it left running "
+            "from its journal",
+        )
+
+
 def check_connections(table: ConnectionsConfig, prefix: str) -> None:
     """Bounds that only make sense together. Raises :class:`ConfigError` naming the key."""
     if table.write_buffer_max < table.write_buffer_high:
@@ -372,6 +383,13 @@ class AgentConfig:
     checkpoint: bool = True
     """Journal what the agent runs under ``<work_dir>/meta/`` so that an agent that
     restarts after a crash takes its tasks and executors back under the same id."""
+    keep_tasks_on_stop: bool = False
+    """An agent stopped by SIGTERM or SIGINT leaves its tasks and executors running and
+    its journal in place, so that the next agent started on the same ``work_dir`` takes
+    them back (an upgrade one agent at a time, with ``KillMode=process`` in its systemd
+    unit). It must be back within the master's ``agent_reregister_timeout``, or its
+    tasks are reported lost and killed when it returns. Off: stopping kills every task
+    (``mezzo drain`` first moves work away gently). Needs ``checkpoint``."""
     max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES
     """The most the checkpoint journal may take on disk. It is compacted (rewritten with
     only what is live) as it grows, so it holds the live state and at most as much
@@ -658,6 +676,7 @@ def check_tls(cfg: TlsConfig, prefix: str) -> None:
 # Checks of a whole table once built, for keys that bound each other: called with the
 # table and its dotted prefix ("master.connections."), they raise ConfigError.
 _TABLE_CHECKS: dict[type, Callable[[Any, str], object]] = {
+    AgentConfig: check_agent_stop,
     ConnectionsConfig: check_connections,
     MasterConfig: check_framework_health,
     TlsConfig: check_tls,

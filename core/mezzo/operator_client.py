@@ -237,7 +237,9 @@ class OperatorClient:
 
     def _where(self) -> str:
         if self._address is None:
-            return self.master
+            from .zk.url import shown
+
+            return shown(self.master)
         host, port = self._address
         return f"{host}:{port}"
 

@@ -85,11 +85,15 @@ async def leader_of(master: str, timeout: float) -> tuple[str, int]:
             await target.changed(timeout)
         address = target.current()
     except TimeoutError:
-        raise MasterUnreachable(f"cannot reach ZooKeeper at {master} within {timeout:g} s") from None
+        from .zk.url import shown
+
+        raise MasterUnreachable(f"cannot reach ZooKeeper at {shown(master)} within {timeout:g} s") from None
     finally:
         target.close()
     if address is None:
-        raise MasterUnreachable(f"no master leads {master}")
+        from .zk.url import shown
+
+        raise MasterUnreachable(f"no master leads {shown(master)}")
     return address
 
 

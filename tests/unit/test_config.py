@@ -400,3 +400,9 @@ def test_log_level_and_format_are_checked_when_the_file_is_read():
         from_dict({"log": {"level": "loud"}})
     with pytest.raises(ConfigError, match=r"log.format: expected 'console' or 'json', got 'xml'"):
         from_dict({"log": {"format": "xml"}})
+
+
+def test_keeping_tasks_at_stop_needs_the_journal():
+    err = key_error({"agent": {"keep_tasks_on_stop": True, "checkpoint": False}})
+    assert err.key == "agent.keep_tasks_on_stop" and "checkpoint" in str(err)
+    assert from_dict({"agent": {"keep_tasks_on_stop": True}}).agent.keep_tasks_on_stop

@@ -129,6 +129,28 @@ def test_a_silent_agent_is_lost_and_on_its_return_kills_what_was_reported_lost(m
     assert back.called("status_update_acknowledged") == [(fid, "t", "u-kill")]
 
 
+def test_a_quiet_kill_lost_with_the_link_is_sent_again(master):
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f"))
+    ((fid, _),) = sched.called("registered")
+    conn = RecordingConnection("agent")
+    aid = "A1"
+    master.service.reregister_agent(conn, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    master.service.agent_link_silent(conn, 16.0)  # TASK_LOST to the framework
+    back = RecordingConnection("back")
+    master.service.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert len(back.called("kill_task")) == 1
+    master.service.connection_lost(back)  # before the agent got to the kill
+
+    again = RecordingConnection("again")
+    master.service.reregister_agent(again, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
+    assert again.called("reregistered") == [(aid,)]
+    ((killed_fid, killed_tid, policy),) = again.called("kill_task")
+    assert (killed_fid, killed_tid, policy.reason) == (fid, "t", "agent_removed")
+    assert master.state.agents[aid].tasks == {} and len(sched.called("status_update")) == 1
+
+
 def test_a_partition_aware_framework_gets_unreachable_and_its_task_back(master):
     master.lead()
     sched = RecordingConnection("scheduler")
@@ -154,10 +176,12 @@ def test_a_partition_aware_framework_gets_unreachable_and_its_task_back(master):
     asked = sched.called("status_update")[-1][0]
     assert TaskState(asked.state).name == "TASK_UNREACHABLE", "any task named on an unreachable agent"
 
-    # A kill while it is out of reach waits for its return (no TASK_LOST meanwhile).
-    updates = len(sched.called("status_update"))
+    # A kill while it is out of reach waits for its return (no TASK_LOST meanwhile),
+    # and its answer says so.
     master.service.kill_task(sched, fid, "t")
-    assert len(sched.called("status_update")) == updates
+    answer = sched.called("status_update")[-1][0]
+    assert (answer.task_id, TaskState(answer.state).name, answer.reason) == ("t", "TASK_UNREACHABLE", "agent_unreachable")
+    assert "killed if it comes back" in answer.message
 
     back = RecordingConnection("back")
     master.service.reregister_agent(back, agent_info(aid, 2), [running(fid, "t", aid)], [], [])
@@ -312,3 +336,26 @@ def test_capabilities_are_checked_and_kept_to_the_one_acted_on(master):
     master.service.register_framework(sched, FrameworkInfo(name="g", capabilities=["MULTI_ROLE", "PARTITION_AWARE"]))
     ((fid, _),) = sched.called("registered")
     assert master.state.frameworks[fid].info.capabilities == ["PARTITION_AWARE"]
+
+
+def test_tasks_of_an_unreachable_agent_dropped_from_the_list_are_lost(monkeypatch):
+    from mezzo.master import registry
+
+    monkeypatch.setattr(registry, "MAX_UNREACHABLE", 1)  # the master's list keeps one
+    master = Master(MasterConfig(allocation_interval=0.01, agent_removal_fraction=1.0), load_plugins(),
+                    clock=ManualClock())
+    master.lead()
+    sched = RecordingConnection("scheduler")
+    master.service.register_framework(sched, FrameworkInfo(name="f", capabilities=["PARTITION_AWARE"]))
+    ((fid, _),) = sched.called("registered")
+    links = {}
+    for aid in ("A1", "A2"):
+        links[aid] = RecordingConnection(aid)
+        master.service.reregister_agent(links[aid], agent_info(aid, 2), [running(fid, f"t-{aid}", aid)], [], [])
+    master.service.agent_link_silent(links["A1"], 16.0)
+    master.service.agent_link_silent(links["A2"], 16.0)  # listed now; A1 is forgotten
+    last = {u.task_id: (TaskState(u.state).name, u.reason) for (u,) in sched.called("status_update")}
+    assert last == {"t-A1": ("TASK_LOST", "agent_forgotten"), "t-A2": ("TASK_UNREACHABLE", "agent_unreachable")}
+    assert master.state.frameworks[fid].unreachable_tasks.keys() == {"t-A2"}
+    assert "A1" not in master.state.unreachable_on
+    master.term.close()

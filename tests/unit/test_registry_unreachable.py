@@ -23,8 +23,9 @@ def test_unreachable_agents_come_back_removed_ones_do_not() -> None:
 def test_the_unreachable_list_is_bounded_and_the_oldest_are_refused(monkeypatch) -> None:
     monkeypatch.setattr(reg, "MAX_UNREACHABLE", 3)
     r = MemoryRegistry()
+    forgotten = []
     for i in range(5):
         r.admit(f"a{i}", None, lambda ok: None)
-        r.mark_unreachable(f"a{i}")
-    assert list(r.unreachable) == ["a2", "a3", "a4"]
+        forgotten += r.mark_unreachable(f"a{i}")
+    assert list(r.unreachable) == ["a2", "a3", "a4"] and forgotten == ["a0", "a1"]
     assert [r.verdict(f"a{i}") for i in range(5)] == [REFUSE, REFUSE, UNREACHABLE, UNREACHABLE, UNREACHABLE]

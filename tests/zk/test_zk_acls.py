@@ -8,6 +8,7 @@ digest user alone, and a mezzo process refuses a path that others may write.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -16,7 +17,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
-from mezzo.errors import ConfigError
+from mezzo.errors import ConfigError, MasterUnreachable
+from mezzo.state_client import leader_of
 from mezzo.testing import free_port, wait_for
 from mezzo.zk import LeaderDetector, parse_zk_url
 from mezzo.zk.client import UnprotectedPath
@@ -35,6 +37,13 @@ def test_credentials_parse_and_never_show() -> None:
     for bad in ("zk://mezzo@host:2181/m", "zk://:pw@host:2181/m", "zk://mezzo:@host:2181/m"):
         with pytest.raises(ConfigError, match="USER:PASSWORD@"):
             parse_zk_url(bad, key="master.zk")
+    # Nor in an error about the rest of the URL, nor in a client's "cannot reach".
+    with pytest.raises(ConfigError) as err:
+        parse_zk_url("zk://mezzo:s3cret@host:x/m", key="master.zk")
+    assert "s3cret" not in str(err.value) and "mezzo:***@host:x" in str(err.value)
+    with pytest.raises(MasterUnreachable) as unreachable:
+        asyncio.run(leader_of(f"zk://mezzo:s3cret@127.0.0.1:{free_port()}/m", 0.2))
+    assert "s3cret" not in str(unreachable.value) and "zk://mezzo:***@" in str(unreachable.value)
 
 
 def test_with_credentials_every_node_is_the_users_alone_and_strangers_cannot_lead(mezzo_zookeeper) -> None:

@@ -250,6 +250,8 @@ class Agent:
         """Tasks that ended here since the agent started, by terminal state name (metrics)."""
         self._background: set[asyncio.Task] = set()
         self._stopping = False
+        self.leaving_tasks = False
+        """Set as :meth:`stop` begins when the containers are to outlive this agent."""
         self._starting_over = False
         self._stop_task: asyncio.Task | None = None
 
@@ -565,34 +567,54 @@ class Agent:
             return self.agent_id
         if stopped in done:
             raise MezzoError(f"the agent stopped before registering: {self.error_message or 'stop() called'}")
-        raise TimeoutError(f"not registered with the master at {self.config.master} within {timeout:g}s")
+        from ..zk.url import shown
+
+        raise TimeoutError(
+            f"not registered with the master at {shown(self.config.master)} within {timeout:g}s"
+        )
 
     async def stop(self) -> None:
-        """Kill every container, clean up, close every connection. Idempotent."""
+        """Kill every container, clean up, close every connection. Idempotent.
+
+        With ``keep_tasks_on_stop`` the containers are left running instead, and the
+        journal kept: the next agent on this work dir takes them back, as after a crash.
+        """
         if self._stopping:
             await self.stopped.wait()
             return
         self._stopping = True
+        self.leaving_tasks = self.config.keep_tasks_on_stop and self.checkpoint.enabled
         self.statistics.stop()
         self.registered.clear()
         if self._link is not None:
             await self._link.close()
-        for fw in self.frameworks.values():
-            for command in fw.command_tasks.values():
-                command.kill_now()
-            for run in fw.executors.values():
-                run.terminate(None, "agent stopped")
+        if not self.leaving_tasks:
+            for fw in self.frameworks.values():
+                for command in fw.command_tasks.values():
+                    command.kill_now()
+                for run in fw.executors.values():
+                    run.terminate(None, "agent stopped")
         pending = set(self._background)
-        if pending:
+        if pending and not self.leaving_tasks:
             _done, pending = await asyncio.wait(pending, timeout=STOP_TIMEOUT)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+        # Left running, a container's watcher would wait for its end: stop watching.
+        # (ContainerRun.run sees leaving_tasks and lets the process be.)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         self.updates.close()
         self.containerizer.close()
-        # Every container was killed: nothing to recover (only a crash leaves a journal).
-        self.checkpoint.clear()
+        if self.leaving_tasks:
+            self.checkpoint.close()  # written out: the next agent reads it
+            self.log.info(
+                "leaving tasks running for the next agent on this work dir",
+                tasks=len(self.tasks),
+                executors=sum(len(fw.executors) for fw in self.frameworks.values()),
+            )
+        else:
+            # Every container was killed: nothing to recover (only a crash leaves a journal).
+            self.checkpoint.clear()
         self.checkpoint.unlock()
         if self._http is not None:
             await self._http.stop()  # the requests in flight, briefly; the links close with the port

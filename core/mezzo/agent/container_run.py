@@ -156,7 +156,7 @@ class ContainerRun:
             raise
         finally:
             self._cleanup()
-            if self.running is not None and self.running.returncode is None:
+            if self.running is not None and self.running.returncode is None and not self.agent.leaving_tasks:
                 self.running.kill()  # cancelled while alive: the agent is stopping
 
     async def _run(self) -> None:

@@ -147,7 +147,12 @@ def master(args: argparse.Namespace) -> int:
 def agent(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
     overrides.update(
-        {"agent.master": args.master, "agent.listen": args.listen, "agent.advertise": args.advertise}
+        {
+            "agent.master": args.master,
+            "agent.listen": args.listen,
+            "agent.advertise": args.advertise,
+            "agent.keep_tasks_on_stop": args.keep_tasks_on_stop,
+        }
     )
     cfg = _load(args, overrides)
     from ..agent import Agent
@@ -219,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         mem=args.mem,
         name=args.name,
+        user=args.user,
         timeout=args.timeout,
         tls=tls,
         lost_master_after=args.lost_master_after,

@@ -239,6 +239,13 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         help="address peers reach this agent at, as the master shows it (TOML agent.advertise; "
         "default: the bound address, or for a wildcard bind the one it dials the master from)",
     )
+    p.add_argument(
+        "--keep-tasks-on-stop",
+        action="store_true",
+        default=None,
+        help="on SIGTERM/SIGINT leave the tasks running for the next agent on this work dir, "
+        "for an upgrade (TOML agent.keep_tasks_on_stop; default: kill them)",
+    )
     p.set_defaults(func="agent")
 
 
@@ -274,6 +281,11 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpus", type=_amount, default=1.0, help="cpus for the task (default 1)")
     p.add_argument("--mem", type=_amount, default=128.0, metavar="MB", help="memory in MB (default 128)")
     p.add_argument("--name", default="mezzo-run", help="framework and task name (default mezzo-run)")
+    p.add_argument(
+        "--user",
+        metavar="NAME",
+        help="unix user the task runs as on its agent (default: yours; master.acls.run_tasks decides who may)",
+    )
     p.add_argument(
         "--timeout",
         type=_seconds,

@@ -206,10 +206,12 @@ def run_command(
     mem: float,
     name: str,
     timeout: float,
+    user: str | None = None,
     tls: TlsConfig | None = None,
     lost_master_after: float = LOST_MASTER_SECONDS,
 ) -> int:
-    """Run ``argv`` as one task on the cluster at ``master``; return its exit status.
+    """Run ``argv`` as one task on the cluster at ``master`` (as unix ``user``, by
+    default the caller's own); return its exit status.
     Raises :class:`~mezzo.errors.RequestFailed` (one line; exit 1) when the master cannot
     be used or no agent could hold the task."""
     resources = Resources(cpus=cpus, mem=mem)
@@ -225,7 +227,7 @@ def run_command(
         host, port = api.address.rsplit(":", 1)
         info = {
             "name": name,
-            "user": _user(),
+            "user": user or _user(),
             "hostname": os.uname().nodename,
             # A master back within this window finds the task still the run's own.
             "failover_timeout": lost_master_after if lost_master_after > 0 else 7 * 24 * 3600.0,
@@ -404,7 +406,8 @@ def _print_output(scheduler: _OneTask, api: OperatorClient) -> None:
             out.flush()
             if len(carried) >= 64 * 1024:
                 _say(f"stdout shown from its last 64 KiB only: the whole file could not be read ({exc})")
-    if status is not None and status.get("state") != "TASK_FINISHED":
+    # TASK_ERROR and TASK_DROPPED: refused before it ran; no sandbox to point at.
+    if status is not None and status.get("state") not in ("TASK_FINISHED", "TASK_ERROR", "TASK_DROPPED"):
         try:
             size = api.read_file(agent_id, f"{sandbox}/stderr", -1)["offset"]
             start = tools.tail_start(api, agent_id, f"{sandbox}/stderr", size, STDERR_TAIL_LINES)

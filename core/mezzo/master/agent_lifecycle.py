@@ -450,20 +450,25 @@ class AgentLifecycle:
         lost on the way, or ended and forgotten meanwhile) are lost after all (TASK_LOST,
         reason ``task_missing_on_agent``): their frameworks were told only that they
         were out of reach."""
+        self._settle_unreachable(agent.id, "task_missing_on_agent", f"agent {agent.id} came back without it")
+
+    def _settle_unreachable(self, agent_id: str, reason: str, message: str) -> None:
+        """The tasks still held as unreachable on ``agent_id`` end as TASK_LOST with
+        ``reason``: told only that they were out of reach, their frameworks learn
+        they will not come back."""
         state = self.state
-        for fid, tid in sorted(state.unreachable_on.pop(agent.id, ())):
+        for fid, tid in sorted(state.unreachable_on.pop(agent_id, ())):
             framework = state.frameworks.get(fid)
             task = framework.unreachable_tasks.get(tid) if framework is not None else None
-            if framework is None or task is None or task.agent_id != agent.id:
+            if framework is None or task is None or task.agent_id != agent_id:
                 continue
             del framework.unreachable_tasks[tid]
-            message = f"agent {agent.id} came back without it"
-            task.state, task.reason, task.message = TaskState.TASK_LOST, "task_missing_on_agent", message
+            task.state, task.reason, task.message = TaskState.TASK_LOST, reason, message
             task.updated_at = time.time()
             task.moved_to(task.state, task.updated_at, task.reason, message, "master")
             state.events.task_updated(task, framework)
             state.task_ended(task)
-            status = state.master_status(task, TaskState.TASK_LOST, "task_missing_on_agent", message)
+            status = state.master_status(task, TaskState.TASK_LOST, reason, message)
             state.observe.mezzo_task_status(framework_id=fid, status=status)
             state.tell_status(framework, status)
 
@@ -535,6 +540,7 @@ class AgentLifecycle:
           ``task_missing_on_agent``), and its resources are freed.
         - An executor held here but not reported is gone: its resources are freed.
         - Tasks of frameworks this master removed: the agent is told to shut them down.
+        - Other tasks reported but not held here: killed, unreported (:meth:`_kill_quietly`).
         - Kills asked for while the agent was away are sent now.
         """
         state = self.state
@@ -564,6 +570,15 @@ class AgentLifecycle:
             framework = state.frameworks.get(task.framework_id)
             if framework is not None:
                 state.tell_status(framework, status)
+        # Reported but not held: a task whose quiet kill (see _kill_quietly) was lost
+        # with the agent's last link, or one refused when it was adopted. Its framework
+        # was told it ended, or never heard of it: it must not run on, unaccounted.
+        for rt in running:
+            if rt is None or rt.task is None or rt.framework_id in state.removed_frameworks:
+                continue
+            if (rt.framework_id, rt.task.task_id) not in agent.tasks:
+                latest = rt.latest.state if rt.latest is not None else TaskState.TASK_STAGING
+                self._kill_quietly(agent, rt.framework_id, rt.task.task_id, latest)
         live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}
         for key in [k for k in agent.executors if k not in live]:
             state.release_executor(agent, key)
@@ -599,7 +614,15 @@ class AgentLifecycle:
         if adoption is not None:
             adoption.stop()
         if unreachable:
-            state.registry.mark_unreachable(agent.id)
+            for forgotten in state.registry.mark_unreachable(agent.id):
+                # The oldest unreachable agent, listed no more: should it come back, it
+                # is refused and kills what it runs. Its tasks will not come back.
+                self._settle_unreachable(
+                    forgotten,
+                    "agent_forgotten",
+                    f"agent {forgotten} stayed unreachable while {MAX_UNREACHABLE:,} more recent ones "
+                    "were listed; it is refused should it come back",
+                )
             state.declared_unreachable[agent.id] = None
             while len(state.declared_unreachable) > MAX_UNREACHABLE:
                 state.declared_unreachable.popitem(last=False)

@@ -100,11 +100,16 @@ class MemoryRegistry:
         self.admitted.setdefault(agent_id, owner)
         done(True)
 
-    def mark_unreachable(self, agent_id: str) -> None:
-        """``agent_id`` was declared lost for its silence: welcome back, as :data:`UNREACHABLE`."""
+    def mark_unreachable(self, agent_id: str) -> list[str]:
+        """``agent_id`` was declared lost for its silence: welcome back, as
+        :data:`UNREACHABLE`. Returns the oldest unreachable agents forgotten to keep
+        the list within :data:`MAX_UNREACHABLE` (refused from now on)."""
         self.unreachable[agent_id] = self.admitted.pop(agent_id, self.unreachable.get(agent_id))
+        forgotten = []
         while len(self.unreachable) > MAX_UNREACHABLE:
-            self._forget(self.unreachable.popitem(last=False)[0])
+            forgotten.append(self.unreachable.popitem(last=False)[0])
+            self._forget(forgotten[-1])
+        return forgotten
 
     def remove(self, agent_id: str) -> None:
         self.admitted.pop(agent_id, None)
@@ -228,11 +233,13 @@ class ZkRegistry:
 
         self._zk.create_async(f"{self.path}/{node_name(agent_id, owner)}", b"").rawlink(written)
 
-    def mark_unreachable(self, agent_id: str) -> None:
+    def mark_unreachable(self, agent_id: str) -> list[str]:
         """Move ``agent_id`` from the admitted list to the unreachable one. Created
-        there first: a leader dying in between leaves it admitted, not forgotten."""
+        there first: a leader dying in between leaves it admitted, not forgotten.
+        Returns the oldest unreachable agents forgotten to keep within
+        :data:`MAX_UNREACHABLE`."""
         if agent_id not in self.admitted:
-            return
+            return []
         owner = self.admitted.pop(agent_id)
         self.unreachable[agent_id] = owner
         name = node_name(agent_id, owner)
@@ -250,9 +257,12 @@ class ZkRegistry:
             self._call_soon(self._delete_if, agent_id, self.unreachable, self.path, owner)
 
         self._zk.create_async(f"{self.unreachable_path}/{name}", b"").rawlink(created)
+        forgotten = []
         while len(self.unreachable) > MAX_UNREACHABLE:
             old, old_owner = self.unreachable.popitem(last=False)
             self._delete(f"{self.unreachable_path}/{node_name(old, old_owner)}", old)
+            forgotten.append(old)
+        return forgotten
 
     def remove(self, agent_id: str) -> None:
         if agent_id in self.unreachable:

@@ -145,15 +145,24 @@ class TaskLifecycle:
 
     def kill(self, record: FrameworkRecord, task_id: str) -> None:
         """The framework asks to kill ``task_id``: sent to its agent now, or when the
-        agent re-registers (or comes back from unreachable); a task the master does not
-        know is answered TASK_LOST, reason :data:`TASK_UNKNOWN`."""
+        agent re-registers (or comes back from unreachable: the kill is answered
+        TASK_UNREACHABLE meanwhile); a task the master does not know is answered
+        TASK_LOST, reason :data:`TASK_UNKNOWN`."""
         state = self.state
         unreachable = record.unreachable_tasks.get(task_id)
         if unreachable is not None:
             # It may still run, out of reach: killed if its agent comes back (and then
-            # reported TASK_KILLED by it), not reported lost now.
+            # reported TASK_KILLED by it), not reported lost now. The answer says so,
+            # so that a framework retrying its kill knows why nothing ends yet.
             unreachable.kill_requested = True
             log.info("kill deferred: agent unreachable", framework=record.id, task=task_id)
+            status = state.master_status(
+                unreachable,
+                TaskState.TASK_UNREACHABLE,
+                "agent_unreachable",
+                f"kill_task: agent {unreachable.agent_id} is unreachable; the task is killed if it comes back",
+            )
+            state.tell_status(record, status)
             return
         task = record.tasks.get(task_id)
         agent = state.agents.get(task.agent_id) if task is not None else None

@@ -111,11 +111,21 @@ LOOPBACK = Place()
 """Every process on 127.0.0.1 of this machine's own namespace."""
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 right now, and not one this process was given
+    before: the kernel may offer a port again as soon as its probe socket closes, and
+    two daemons of one cluster, given the same one, would fight over it."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise ClusterError("no free TCP port on 127.0.0.1 that this process was not given already")
 
 
 def _toml_value(v: Any) -> str:

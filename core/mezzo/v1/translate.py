@@ -154,6 +154,8 @@ REASONS: dict[str, str | None] = {
     # agent comes back: Mesos gives these reasons in those two cases.
     "agent_unreachable": "REASON_AGENT_REMOVED",
     "agent_reregistered": "REASON_AGENT_REREGISTERED",
+    # An unreachable agent dropped from the bounded list: it is refused should it return.
+    "agent_forgotten": "REASON_AGENT_REMOVED",
     # A task the master (a kill of an unknown task) or the agent does not know, or a
     # re-registered agent does not report.
     "task_unknown": "REASON_TASK_UNKNOWN",

@@ -8,6 +8,7 @@ open to anyone (``world:anyone``), as ZooKeeper's default is.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -33,10 +34,19 @@ class ZkUrl:
         return f"zk://{user}{self.hosts}{self.path}"
 
 
+_PASSWORD = re.compile(r"^(zk://[^:/@]*:)[^/]*@")
+
+
+def shown(address: str) -> str:
+    """``address`` (a ``zk://`` URL, ``HOST:PORT``, anything a user typed) fit for a
+    message or a log: a zk:// URL's password becomes ``***``."""
+    return _PASSWORD.sub(r"\1***@", address) if isinstance(address, str) else address
+
+
 def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
     """Parse ``zk://host:port[,host:port...]/path``; :class:`ConfigError` naming ``key`` if malformed."""
     if not isinstance(text, str) or not text.startswith("zk://"):
-        raise ConfigError(key, f"expected zk://HOST:PORT[,HOST:PORT...]/PATH, got {text!r}")
+        raise ConfigError(key, f"expected zk://HOST:PORT[,HOST:PORT...]/PATH, got {shown(text)!r}")
     rest = text[len("zk://") :]
     hosts, slash, path = rest.partition("/")
     credentials = None
@@ -47,14 +57,14 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
             raise ConfigError(key, "credentials in a zk:// URL are USER:PASSWORD@ (both non-empty)")
         credentials = (user, password)
     if not hosts:
-        raise ConfigError(key, f"{text!r}: no ZooKeeper host before the path")
+        raise ConfigError(key, f"{shown(text)!r}: no ZooKeeper host before the path")
     for entry in hosts.split(","):
         host, colon, port = entry.rpartition(":")
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(key, f"{text!r}: {entry!r} is not HOST:PORT")
+            raise ConfigError(key, f"{shown(text)!r}: {entry!r} is not HOST:PORT")
     path = "/" + path.strip("/")
     if not slash or path == "/":
-        raise ConfigError(key, f"{text!r}: a path is required (zk://HOST:PORT/mezzo), not the root")
+        raise ConfigError(key, f"{shown(text)!r}: a path is required (zk://HOST:PORT/mezzo), not the root")
     if "//" in path or any(part in (".", "..") for part in path.split("/")):
-        raise ConfigError(key, f"{text!r}: {path!r} is not a valid znode path")
+        raise ConfigError(key, f"{shown(text)!r}: {path!r} is not a valid znode path")
     return ZkUrl(hosts=hosts, path=path, credentials=credentials)
