@@ -6,7 +6,7 @@
 #   make hooks-doc  regenerate docs/hooks.md after a change to core/mezzo/hookspecs.py.
 #   make dist   build a wheel of every distribution into dist/ (DIST_DIR=...): what
 #               docs/deploying.md installs on a cluster's hosts.
-# Everything installs into ./.venv; system packages (thrift-compiler, zookeeper, lxc, mpich, chromium) via apt-get.
+# Everything installs into ./.venv; system packages (thrift-compiler, zookeeper, lxc, mpich, iptables, chromium) via apt-get.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -34,6 +34,9 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt tests/v
 	@{ command -v mpiexec >/dev/null && command -v mpicc >/dev/null; } || { echo "installing mpich (apt-get; the MPI example framework runs real MPI jobs)"; \
 		apt-get install -y -q --no-install-recommends mpich libmpich-dev >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends mpich libmpich-dev >/dev/null); }
+	@command -v iptables >/dev/null || { echo "installing iptables (apt-get; simulated hosts delay packets through its NFQUEUE target)"; \
+		apt-get install -y -q --no-install-recommends iptables >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends iptables >/dev/null); }
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { echo "installing chromium and chromium-driver (apt-get; the web UI's tests run in a real browser)"; \
 		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null); }

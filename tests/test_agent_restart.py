@@ -9,10 +9,13 @@ reaches exactly one terminal state as its scheduler sees it.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
+
+from mezzo.testing import free_port
 
 from .conftest import Recorder, wait_for
 
@@ -164,3 +167,35 @@ def test_agent_stopped_for_an_upgrade_leaves_its_tasks_to_the_next(make_cluster,
         assert terminal == ["TASK_FAILED" if tid == "early" else "TASK_FINISHED"], (tid, rec.states_of(tid))
         assert (tmp_path / f"{tid}.pids").read_text() == pids[tid], tid  # adopted, not started again
     wait_for(lambda: cluster.state()["tasks"] == [], 10, "the master to release every task")
+
+
+def test_an_agent_that_fails_to_start_leaves_what_it_recovered_running(make_cluster, drivers, tmp_path):
+    # A restart that takes its tasks back from the journal and then cannot bind its port
+    # exits (one line, status 2) as a crashed agent would: the tasks run on for the next.
+    port = free_port()
+    cluster = make_cluster(1, master={"allocation_interval": 0.01},
+                           agent={"reconnect_interval": 0.1, "listen": f"127.0.0.1:{port}"},
+                           agent_resources="cpus:4;mem:1024")
+    launched: list = []
+    rec = Recorder(_launch_all(tmp_path, launched))
+    drivers(rec, "failed-start", cluster.master)
+    wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
+             and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
+    pids = {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+    cluster.kill("agent-1", signal.SIGKILL)
+    with socket.create_server(("127.0.0.1", port)):  # someone else has the port now
+        cluster.start_agent(1)
+        assert cluster.procs["agent-1"].wait(30) == 2
+    log = (cluster.dir / "agent-1.log").read_text()
+    assert "recovered from the checkpoint" in log and "address is in use" in log
+    assert all(_alive(int(p)) for p in pids.values()), "the failed start killed what it recovered"
+
+    cluster.start_agent(1)
+    cluster.wait_for_agents(1)
+    (tmp_path / "go").touch()
+    (tmp_path / "go-early").touch()
+    wait_for(lambda: all(rec.final(t) for t in TASKS), 15, "every task to end")
+    assert {t: mezzo.state_name(rec.final(t).state) for t in TASKS} == {
+        "a": "TASK_FINISHED", "b": "TASK_FINISHED", "c": "TASK_FINISHED",
+        "doomed": "TASK_FINISHED", "early": "TASK_FAILED"}
+    assert {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS} == pids  # adopted, not run again

@@ -118,6 +118,45 @@ def test_faults_cut_partition_one_way_loss_and_heal(net):
     assert any(line.startswith("ip link set") and "down" in line for line in net.log)
 
 
+CONNECT_TIME = (
+    "import socket, sys, time\n"
+    "times = []\n"
+    "for _ in range(5):\n"
+    "    t = time.monotonic()\n"
+    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()\n"
+    "    times.append(time.monotonic() - t)\n"
+    "print(sorted(times)[2])\n"
+)
+
+
+def connect_time(host, address: str, port: int = 7000) -> float:
+    """The median of 5 TCP handshakes from ``host``: one round trip each."""
+    out = subprocess.run(host.command([sys.executable, "-c", CONNECT_TIME, address, str(port)]),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return float(out)
+
+
+def test_delay_holds_what_a_host_sends_and_heal_ends_it(net):
+    a, b = net.add_host("a"), net.add_host("b")
+    server = serve(b)
+    try:
+        before = connect_time(a, b.address)
+        a.delay(0.2)
+        delayed = connect_time(a, b.address)
+        assert 0.2 <= delayed < 0.2 + before + 0.1, (before, delayed)  # the SYN waited 0.2 s
+        b.delay(0.1)
+        assert 0.3 <= connect_time(a, b.address) < 0.45  # and b's SYN-ACK 0.1 s
+        assert any("mezzo.testing.netdelay 0.2" in line for line in net.log)
+        net.heal()
+        assert connect_time(a, b.address) < 0.05
+        assert "NFQUEUE" not in a.run(["iptables", "-t", "mangle", "-S", "OUTPUT"])
+        with pytest.raises(ValueError, match="seconds"):
+            a.delay(0)
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_bad_host_names_are_refused(net):
     net.add_host("a")
     with pytest.raises(ValueError, match="already"):

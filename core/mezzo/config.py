@@ -388,7 +388,8 @@ class AgentConfig:
     its journal in place, so that the next agent started on the same ``work_dir`` takes
     them back (an upgrade one agent at a time, with ``KillMode=process`` in its systemd
     unit). It must be back within the master's ``agent_reregister_timeout``, or its
-    tasks are reported lost and killed when it returns. Off: stopping kills every task
+    tasks are reported lost (but those of partition-aware frameworks) and killed when
+    it returns. Off: stopping kills every task
     (``mezzo drain`` first moves work away gently). Needs ``checkpoint``."""
     max_journal_bytes: int = DEFAULT_MAX_JOURNAL_BYTES
     """The most the checkpoint journal may take on disk. It is compacted (rewritten with

@@ -70,11 +70,12 @@ class LeaderAddress:
 
     def __init__(self, url: str, default_port: int, connect_timeout: float = 15.0) -> None:
         from .zk import parse_zk_url
+        from .zk.url import shown
 
         try:
             self.url = parse_zk_url(url)
         except ConfigError as exc:
-            raise ValueError(f"master address {url!r}: {exc.problem}") from None
+            raise ValueError(f"master address {shown(url)!r}: {exc.problem}") from None
         self._default_port = default_port
         self._connect_timeout = connect_timeout
         self._leader: HostPort | None = None

@@ -109,6 +109,7 @@ def test_a_link_lost_midway_stops_the_adoption_and_a_reregistration_finishes_it(
     master.service.reregister_agent(again, info, report(n)[1:], [], [FrameworkInfo(name="f", framework_id=FID)])
     finish(master, again)
     assert again.called("reregistered") == [(AID,)]
+    assert again.called("kill_task") == [], "the rest of the report is adopted, not killed"
     assert set(agent.tasks) == {(FID, f"t{i}") for i in range(1, n)}
     assert len(master.state.frameworks[FID].tasks) == n - 1
     assert agent.connected and agent.free == Resources(cpus=100 - (n - 1) * 0.001, mem=100_000 - (n - 1))

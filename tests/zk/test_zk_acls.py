@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
+from mezzo.discovery import peer_address
 from mezzo.errors import ConfigError, MasterUnreachable
 from mezzo.state_client import leader_of
 from mezzo.testing import free_port, wait_for
@@ -41,6 +42,15 @@ def test_credentials_parse_and_never_show() -> None:
     with pytest.raises(ConfigError) as err:
         parse_zk_url("zk://mezzo:s3cret@host:x/m", key="master.zk")
     assert "s3cret" not in str(err.value) and "mezzo:***@host:x" in str(err.value)
+    # A '/' in the password: percent-encoded it works, raw it is an error that hides it.
+    assert parse_zk_url("zk://mezzo:s3c%2Fret@h:2181/m").credentials == ("mezzo", "s3c/ret")
+    for bad in ("zk://mezzo:s3c/ret@h:2181/m", "zk://mezzo:s3c/ret@h:2181"):
+        with pytest.raises(ConfigError) as err:
+            parse_zk_url(bad)
+        assert "s3c" not in str(err.value) and "percent-encoded" in str(err.value)
+        with pytest.raises(ValueError) as err:
+            peer_address(bad, 5050)
+        assert "s3c" not in str(err.value)
     with pytest.raises(MasterUnreachable) as unreachable:
         asyncio.run(leader_of(f"zk://mezzo:s3cret@127.0.0.1:{free_port()}/m", 0.2))
     assert "s3cret" not in str(unreachable.value) and "zk://mezzo:***@" in str(unreachable.value)

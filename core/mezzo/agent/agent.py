@@ -277,6 +277,20 @@ class Agent:
         await self.containerizer.recover([c for c, _start in recovered])
         for _container, start in recovered:
             start()  # after the isolators recovered: a container that ended is cleaned up now
+        try:
+            await self._serve(state.port)
+        except BaseException:
+            # Not started (a port taken, ZooKeeper out of reach): as after a crash, what
+            # was taken back from the journal runs on, and the journal stays, for the
+            # next agent; the watchers cancelled on the way out must not kill it.
+            self.leaving_tasks = True
+            self.checkpoint.flush()
+            raise
+
+    async def _serve(self, journaled_port: int) -> None:
+        """Bind the port (``journaled_port`` if the listen address asks for any), start
+        the HTTP API and the link to the master."""
+        config = self.config
         host, port = self._listen
         if config.http.enabled:
             started = time.monotonic()
@@ -291,7 +305,7 @@ class Agent:
             )
             await self._http.start()
             self._handoff = http_handoff(self._http.handler, self._limiter)
-        self._server = await self._bind(host, port, state.port)
+        self._server = await self._bind(host, port, journaled_port)
         bound = self._server.sockets[0].getsockname()
         self.port = bound[1]
         self.address = join_address(bound[0], self.port)
@@ -573,21 +587,27 @@ class Agent:
             f"not registered with the master at {shown(self.config.master)} within {timeout:g}s"
         )
 
-    async def stop(self) -> None:
-        """Kill every container, clean up, close every connection. Idempotent.
+    async def stop(self, *, keep_tasks: bool | None = None) -> None:
+        """Kill every container, clean up, close every connection. Idempotent: the
+        first call decides.
 
-        With ``keep_tasks_on_stop`` the containers are left running instead, and the
-        journal kept: the next agent on this work dir takes them back, as after a crash.
+        With ``keep_tasks`` (by default ``keep_tasks_on_stop``) the containers are left
+        running instead, and the journal kept: the next agent on this work dir takes
+        them back, as after a crash.
         """
         if self._stopping:
             await self.stopped.wait()
             return
         self._stopping = True
-        self.leaving_tasks = self.config.keep_tasks_on_stop and self.checkpoint.enabled
+        keep = self.config.keep_tasks_on_stop if keep_tasks is None else keep_tasks
+        # (Set already if start failed: what it took back is left as it found it.)
+        self.leaving_tasks = self.leaving_tasks or (keep and self.checkpoint.enabled)
         self.statistics.stop()
         self.registered.clear()
         if self._link is not None:
             await self._link.close()
+        if self.leaving_tasks and self._server is not None:
+            self._server.close()  # executors cut off below redial the next agent, not this one
         if not self.leaving_tasks:
             for fw in self.frameworks.values():
                 for command in fw.command_tasks.values():
@@ -696,7 +716,8 @@ class Agent:
         self.log.error("the master refused this agent; stopping", message=message)
         self.error_message = message
         if self._stop_task is None:
-            self._stop_task = asyncio.get_running_loop().create_task(self.stop())
+            # Refused, it is no agent of this cluster: nothing is left for a next one.
+            self._stop_task = asyncio.get_running_loop().create_task(self.stop(keep_tasks=False))
 
     def _on_reregistration_refused(self, message: str) -> None:
         if self._starting_over or self._stopping:
@@ -1063,6 +1084,10 @@ class Agent:
                 why="task not running on this executor" if not run.owns(tid) else "bad state",
             )
             remote.status_update_acknowledged(tid, status.uuid or "")
+            return
+        if self._stopping:
+            # Not journaled now: unacknowledged, the executor sends it again to the
+            # next agent (one started on this work dir takes the executor back).
             return
         self.emit_status(status, source="executor")
         if is_terminal(status.state):

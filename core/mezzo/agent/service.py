@@ -186,6 +186,11 @@ class AgentService:
         else:
             run.on_registered(conn)
             return
+        if agent.leaving_tasks:
+            # Stopping, its executors left to the next agent: this one redialled early.
+            # Closed without a shutdown, it keeps redialling until that agent is up.
+            conn.close()
+            return
         agent.log.warning(
             f"refusing executor registration: {why}",
             framework=framework_id,

@@ -139,7 +139,8 @@ class AgentLifecycle:
                 unfinished.stop()
                 record.info = info
                 log.info("agent re-registered before its adoption ended; adopting the rest", agent=aid)
-                self._reconcile(record, tasks, executors)
+                # What is not held yet is the rest of the report, adopted next: not killed.
+                self._reconcile(record, tasks, executors, kill_unheld=False)
                 state.observe.mezzo_agent_added(agent=info)
                 state.events.agent_added(record)
                 self._start_adoption(record, link, tasks, executors, frameworks)
@@ -530,7 +531,12 @@ class AgentLifecycle:
         )
 
     def _reconcile(
-        self, agent: AgentRecord, running: list[RunningTask], executors: list[ExecutorInfo]
+        self,
+        agent: AgentRecord,
+        running: list[RunningTask],
+        executors: list[ExecutorInfo],
+        *,
+        kill_unheld: bool = True,
     ) -> None:
         """A known agent came back: square what this master holds for it with what it reports.
 
@@ -540,7 +546,9 @@ class AgentLifecycle:
           ``task_missing_on_agent``), and its resources are freed.
         - An executor held here but not reported is gone: its resources are freed.
         - Tasks of frameworks this master removed: the agent is told to shut them down.
-        - Other tasks reported but not held here: killed, unreported (:meth:`_kill_quietly`).
+        - Other tasks reported but not held here (unless ``kill_unheld`` is False: an
+          adoption resumes and takes them): killed, unreported (:meth:`_kill_quietly`);
+          those refused at adoption are not, their kill is under way.
         - Kills asked for while the agent was away are sent now.
         """
         state = self.state
@@ -573,10 +581,11 @@ class AgentLifecycle:
         # Reported but not held: a task whose quiet kill (see _kill_quietly) was lost
         # with the agent's last link, or one refused when it was adopted. Its framework
         # was told it ended, or never heard of it: it must not run on, unaccounted.
-        for rt in running:
+        for rt in running if kill_unheld else ():
             if rt is None or rt.task is None or rt.framework_id in state.removed_frameworks:
                 continue
-            if (rt.framework_id, rt.task.task_id) not in agent.tasks:
+            key = (rt.framework_id, rt.task.task_id)
+            if key not in agent.tasks and key not in agent.unadopted_tasks:
                 latest = rt.latest.state if rt.latest is not None else TaskState.TASK_STAGING
                 self._kill_quietly(agent, rt.framework_id, rt.task.task_id, latest)
         live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}

@@ -19,6 +19,7 @@ Kinds (:data:`KINDS`):
 - ``partition``: a random group of agents from the masters (both ways);
 - ``one_way``: what one agent sends a master is dropped (the other way passes);
 - ``loss``: an agent's host drops a share of what it receives;
+- ``delay``: an agent's or a master's host sends everything late (50 ms to 1 s);
 - ``freeze``: an agent or a master is stopped (SIGSTOP) and later continued;
 - ``kill``: an agent or a standby master is killed (SIGKILL) and started again
   (an agent with the same work directory: it recovers its tasks);
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .simcluster import SimCluster
 
-KINDS = ("cut", "partition", "one_way", "loss", "freeze", "kill", "leader_zk")
+KINDS = ("cut", "partition", "one_way", "loss", "delay", "freeze", "kill", "leader_zk")
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,11 @@ class Fault:
     """Seconds from the start of the schedule."""
     hold: float
     amount: float = 0.0
-    """``loss``: percent of packets dropped."""
+    """``loss``: percent of packets dropped; ``delay``: seconds each packet is held."""
 
     def describe(self) -> str:
         what = ", ".join(self.targets) if self.targets else "the leader"
-        extra = f" {self.amount:g}%" if self.kind == "loss" else ""
+        extra = {"loss": f" {self.amount:g}%", "delay": f" {self.amount * 1000:g}ms"}.get(self.kind, "")
         return f"{self.at:6.1f}s  {self.kind}{extra} {what} for {self.hold:.1f}s"
 
 
@@ -106,6 +107,9 @@ class Nemesis:
             if kind in ("cut", "loss"):
                 targets: tuple[str, ...] = (rng.choice(agents),)
                 amount = rng.choice((20.0, 50.0, 80.0)) if kind == "loss" else 0.0
+            elif kind == "delay":
+                targets = (rng.choice(agents + masters),)
+                amount = rng.choice((0.05, 0.2, 1.0))
             elif kind == "partition":
                 size = rng.randint(1, max(1, len(agents) // 4))
                 targets = tuple(sorted(rng.sample(agents, size)))
@@ -195,6 +199,10 @@ class Nemesis:
             host = sim.host(targets[0])
             host.lose(fault.amount)
             return host.clear_rules
+        if kind == "delay":
+            host = sim.host(targets[0])
+            host.delay(fault.amount)
+            return host.undelay
         if kind == "freeze":
             proc = cluster.procs[targets[0]]
             proc.send_signal(signal.SIGSTOP)

@@ -24,8 +24,10 @@ Faults, each undone by :meth:`SimNetwork.heal`:
   to ``target`` (``target`` drops what ``source`` sends, ``source`` hears ``target``).
 - :meth:`SimHost.lose` drops that share of the packets the host receives (nftables
   ``numgen random``).
-- Delay is not offered: it needs the ``netem`` qdisc, and this machine's kernel is
-  built without it (``CONFIG_NET_SCH_NETEM``; see docs/platform-notes in the issue).
+- :meth:`SimHost.delay` holds every packet the host sends for that long. The kernels
+  here have no ``netem`` qdisc (``CONFIG_NET_SCH_NETEM`` is not set), so an
+  ``iptables`` NFQUEUE rule hands the packets to a process on the host that releases
+  them late (:mod:`mezzo.testing.netdelay`).
 
 Why iproute2 and nftables commands rather than netlink from Python: a fault schedule
 is then a list of commands a person can replay by hand (:attr:`SimNetwork.log` keeps
@@ -35,7 +37,8 @@ are started in a namespace with ``nsenter --net`` (:class:`~mezzo.testing.Place`
 Names never start with ``mezzo-net-``, which the netbw isolator owns and sweeps.
 :func:`sweep` removes what a killed test left behind: namespaces, bridges and the
 processes still running in them, for every tag whose creating process is gone.
-Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ``ip``, ``nsenter`` and ``nft``.
+Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ``ip``, ``nsenter`` and ``nft``; delay
+needs ``iptables`` too (``make setup`` installs it).
 """
 
 from __future__ import annotations
@@ -46,11 +49,14 @@ import ipaddress
 import itertools
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from . import Place
 
@@ -154,6 +160,24 @@ def _remove_namespace(netns: str, log: list[str] | None = None) -> None:
         _run(["ip", "netns", "delete", netns], log=log)
 
 
+def _read_line(stream: IO[bytes], timeout: float) -> bytes:
+    """One line of a child's output, or what came before ``timeout`` (b"" if nothing)."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    line = b""
+    fd = stream.fileno()
+    while not line.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
 def _forwarding(sys_port: Path) -> bool:
     """Whether a bridge port is up and forwarding (brport state 3)."""
     try:
@@ -207,6 +231,7 @@ class SimHost:
         self.netns = f"{NS_PREFIX}{network.tag}-{name}"
         self.port = port
         """The bridge port (root side of the veth pair) in this machine's namespace."""
+        self._delayer: subprocess.Popen | None = None
 
     @property
     def place(self) -> Place:
@@ -257,6 +282,45 @@ class SimHost:
         per_mille = round(percent * 10)
         match = "" if per_mille >= 1000 else f"numgen random mod 1000 < {per_mille} "
         self.run(["nft", "-f", "-"], stdin=f"add rule inet {TABLE} input {match}drop\n")
+
+    def delay(self, seconds: float, jitter: float = 0.0, timeout: float = 5.0) -> None:
+        """Hold every packet the host sends on ``eth0`` for ``seconds`` (plus up to
+        ``jitter``, never reordering them): a link that far away. Another call replaces
+        the delay; :meth:`undelay` (or :meth:`SimNetwork.heal`) ends it."""
+        if not 0 < seconds <= 10 or not 0 <= jitter <= 10:
+            raise ValueError(f"delay: seconds in (0, 10] and jitter in [0, 10], not {seconds}, {jitter}")
+        if shutil.which("iptables") is None:
+            raise NetsimError("delay needs iptables (apt-get install iptables; make setup installs it)")
+        self.undelay()
+        from .netdelay import QUEUE
+
+        argv = [sys.executable, "-m", "mezzo.testing.netdelay", f"{seconds:g}", f"{jitter:g}"]
+        self.network.log.append(" ".join(self.command(argv)))
+        delayer = subprocess.Popen(self.command(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._delayer = delayer
+        # The queue is bound before a packet goes to it: with none bound the rule's
+        # --queue-bypass lets them through, undelayed.
+        assert delayer.stdout is not None
+        ready = _read_line(delayer.stdout, timeout)
+        if ready != b"queue bound\n":
+            self.undelay()
+            raise NetsimError(f"the delay process of {self.name} did not start: {ready!r}")
+        self.run(["iptables", "-t", "mangle", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE",
+                  "--queue-num", str(QUEUE), "--queue-bypass"])  # fmt: skip
+
+    def undelay(self) -> None:
+        """End :meth:`delay`: packets go out at once again (the held ones too)."""
+        delayer, self._delayer = self._delayer, None
+        if delayer is None:
+            return
+        with contextlib.suppress(NetsimError):
+            self.run(["iptables", "-t", "mangle", "-F", "OUTPUT"])
+        delayer.terminate()
+        try:
+            delayer.wait(5)
+        except subprocess.TimeoutExpired:
+            delayer.kill()
+            delayer.wait()
 
     def clear_rules(self) -> None:
         self.run(["nft", "flush", "chain", "inet", TABLE, "input"])
@@ -349,10 +413,11 @@ class SimNetwork:
             host.drop_from(sources)
 
     def heal(self) -> None:
-        """Undo every fault: all bridge ports up, every drop rule gone."""
+        """Undo every fault: all bridge ports up, every drop rule and delay gone."""
         for host in self.hosts.values():
             host.reconnect()
             host.clear_rules()
+            host.undelay()
 
     # -- teardown -------------------------------------------------------------------
 
@@ -361,6 +426,7 @@ class SimNetwork:
             return
         self._closed = True
         for host in self.hosts.values():
+            host.undelay()
             _remove_namespace(host.netns, log=self.log)
         with contextlib.suppress(NetsimError):
             _run(["ip", "link", "delete", self.bridge], log=self.log)

@@ -1,7 +1,8 @@
 """``zk://`` addresses: the ZooKeeper ensemble, the path the masters elect under, and
 the credentials that protect it.
 
-``zk://USER:PASSWORD@host:port[,host:port...]/path`` gives every node mezzo creates an
+``zk://USER:PASSWORD@host:port[,host:port...]/path`` (``%XX`` escapes in USER and
+PASSWORD, as in any URL: ``%2F`` for ``/``) gives every node mezzo creates an
 ACL of that digest user alone (see :mod:`.client`); without credentials the nodes are
 open to anyone (``world:anyone``), as ZooKeeper's default is.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from ..errors import ConfigError
 
@@ -34,12 +36,14 @@ class ZkUrl:
         return f"zk://{user}{self.hosts}{self.path}"
 
 
-_PASSWORD = re.compile(r"^(zk://[^:/@]*:)[^/]*@")
+_PASSWORD = re.compile(r"^(zk://[^:/@]*:).*@")
 
 
 def shown(address: str) -> str:
     """``address`` (a ``zk://`` URL, ``HOST:PORT``, anything a user typed) fit for a
-    message or a log: a zk:// URL's password becomes ``***``."""
+    message or a log: a zk:// URL's password becomes ``***``. Up to the last ``@``:
+    in a URL gone wrong (a ``/`` in the password) the password must not show either,
+    and hiding part of a path is the lesser harm."""
     return _PASSWORD.sub(r"\1***@", address) if isinstance(address, str) else address
 
 
@@ -51,11 +55,16 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
     hosts, slash, path = rest.partition("/")
     credentials = None
     auth, at, hosts = hosts.rpartition("@")
+    if not at and "@" in path:
+        raise ConfigError(
+            key,
+            f"{shown(text)!r}: a '/' or '@' in the credentials must be percent-encoded (%2F, %40)",
+        )
     if at:
         user, colon, password = auth.partition(":")
         if not user or not colon or not password:
             raise ConfigError(key, "credentials in a zk:// URL are USER:PASSWORD@ (both non-empty)")
-        credentials = (user, password)
+        credentials = (unquote(user), unquote(password))
     if not hosts:
         raise ConfigError(key, f"{shown(text)!r}: no ZooKeeper host before the path")
     for entry in hosts.split(","):
