@@ -118,6 +118,19 @@ def test_tasks_beyond_the_total_are_killed_on_the_agent_not_adopted(master):
     assert_every_resource_in_one_place(master)
 
 
+def test_a_refused_task_whose_kill_was_lost_with_the_link_is_killed_again(master):
+    report = [command_task("t1", 3), command_task("t2", 2)]
+    conn = reregister(master, report, [])
+    assert [t for _, t, _ in conn.called("kill_task")] == ["t2"]
+    master.service.connection_lost(conn)  # before the agent got to the kill
+    again = RecordingConnection("agent again")
+    master.service.reregister_agent(again, agent_info(4), report, [], [])
+    ((fid, tid, kill),) = again.called("kill_task")
+    assert (fid, tid, kill.reason) == (FID, "t2", OVERCOMMITTED)
+    assert set(master.state.agents["A1"].tasks) == {(FID, "t1")}
+    assert_every_resource_in_one_place(master)
+
+
 def test_an_executor_that_does_not_fit_is_not_adopted_and_its_tasks_are_killed(master):
     big, small = executor("big", 3), executor("small", 1)
     tasks = [executor_task("in-big", 0.5, big), executor_task("in-small", 0.5, small)]

@@ -34,6 +34,10 @@ def test_a_netlink_error_is_raised_and_an_acknowledgement_is_not():
     with pytest.raises(OSError) as raised:
         nd.packet_ids(error(-errno.EPERM))
     assert raised.value.errno == errno.EPERM
+    # While serving, an error is noted and the packets after it in the read still count.
+    errors: list[int] = []
+    assert nd.packet_ids(error(-errno.ENOENT) + packet_message(3), errors) == [3]
+    assert errors == [errno.ENOENT]
 
 
 def test_a_verdict_accepts_the_packet_by_id_on_the_queue():

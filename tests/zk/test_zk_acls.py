@@ -51,6 +51,7 @@ def test_credentials_parse_and_never_show() -> None:
         with pytest.raises(ValueError) as err:
             peer_address(bad, 5050)
         assert "s3c" not in str(err.value)
+    assert parse_zk_url("zk://h:2181/a@b").path == "/a@b"  # '@' in a path, no credentials
     with pytest.raises(MasterUnreachable) as unreachable:
         asyncio.run(leader_of(f"zk://mezzo:s3cret@127.0.0.1:{free_port()}/m", 0.2))
     assert "s3cret" not in str(unreachable.value) and "zk://mezzo:***@" in str(unreachable.value)

@@ -275,9 +275,9 @@ class Agent:
         state = self.checkpoint.load()
         recovered = self._recover(state) if not state.empty() else []
         await self.containerizer.recover([c for c, _start in recovered])
-        for _container, start in recovered:
-            start()  # after the isolators recovered: a container that ended is cleaned up now
         try:
+            for _container, start in recovered:
+                start()  # after the isolators recovered: a container that ended is cleaned up now
             await self._serve(state.port)
         except BaseException:
             # Not started (a port taken, ZooKeeper out of reach): as after a crash, what
@@ -716,8 +716,9 @@ class Agent:
         self.log.error("the master refused this agent; stopping", message=message)
         self.error_message = message
         if self._stop_task is None:
-            # Refused, it is no agent of this cluster: nothing is left for a next one.
-            self._stop_task = asyncio.get_running_loop().create_task(self.stop(keep_tasks=False))
+            # With keep_tasks_on_stop its tasks outlive a refusal too: a leader's ACL
+            # mistake, once fixed, must not have cost them (the next agent adopts them).
+            self._stop_task = asyncio.get_running_loop().create_task(self.stop())
 
     def _on_reregistration_refused(self, message: str) -> None:
         if self._starting_over or self._stopping:

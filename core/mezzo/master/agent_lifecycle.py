@@ -548,7 +548,8 @@ class AgentLifecycle:
         - Tasks of frameworks this master removed: the agent is told to shut them down.
         - Other tasks reported but not held here (unless ``kill_unheld`` is False: an
           adoption resumes and takes them): killed, unreported (:meth:`_kill_quietly`);
-          those refused at adoption are not, their kill is under way.
+          one refused at adoption and still running is told again why
+          (:data:`OVERCOMMITTED`), its first kill lost with a link.
         - Kills asked for while the agent was away are sent now.
         """
         state = self.state
@@ -585,9 +586,21 @@ class AgentLifecycle:
             if rt is None or rt.task is None or rt.framework_id in state.removed_frameworks:
                 continue
             key = (rt.framework_id, rt.task.task_id)
-            if key not in agent.tasks and key not in agent.unadopted_tasks:
-                latest = rt.latest.state if rt.latest is not None else TaskState.TASK_STAGING
+            if key in agent.tasks:
+                continue
+            latest = rt.latest.state if rt.latest is not None else TaskState.TASK_STAGING
+            if key not in agent.unadopted_tasks:
                 self._kill_quietly(agent, rt.framework_id, rt.task.task_id, latest)
+            elif not is_terminal(latest):  # refused at adoption; that kill was lost
+                state.outbox.agent(agent.conn).kill_task(
+                    rt.framework_id,
+                    rt.task.task_id,
+                    KillPolicy(
+                        reason=OVERCOMMITTED,
+                        message=f"agent {agent.id} re-registered running more than its total; "
+                        "this task did not fit",
+                    ),
+                )
         live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}
         for key in [k for k in agent.executors if k not in live]:
             state.release_executor(agent, key)

@@ -41,7 +41,9 @@ NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
 NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN, NFQA_CFG_MASK, NFQA_CFG_FLAGS = 1, 2, 3, 4, 5
 NFQNL_CFG_CMD_BIND = 1
 NFQNL_COPY_META = 1
-NFQA_CFG_F_FAIL_OPEN = 1
+NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO = 1, 4
+SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
+SO_RCVBUFFORCE = 33
 NF_ACCEPT = 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
@@ -70,8 +72,9 @@ def _config_messages() -> list[bytes]:
             NFQNL_MSG_CONFIG,
             _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
             + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", QUEUE_MAX))
-            + _attr(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN))
-            + _attr(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN)),
+            # GSO: a large send is queued as one packet, not one per segment.
+            + _attr(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO))
+            + _attr(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO)),
             2,
             ack=True,
         ),
@@ -83,9 +86,10 @@ def verdict(packet_id: int, seq: int) -> bytes:
     return _message(NFQNL_MSG_VERDICT, _attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, packet_id)), seq)
 
 
-def packet_ids(data: bytes) -> list[int]:
-    """The ids of the queued packets in one read from the socket (several messages);
-    raises :class:`OSError` for a netlink error answer."""
+def packet_ids(data: bytes, errors: list[int] | None = None) -> list[int]:
+    """The ids of the queued packets in one read from the socket (several messages).
+    A netlink error answer raises :class:`OSError`, or with ``errors`` is added to it
+    and the rest of the read parsed still."""
     ids = []
     offset = 0
     while offset + _HEADER.size <= len(data):
@@ -94,7 +98,9 @@ def packet_ids(data: bytes) -> list[int]:
             break
         if kind == NLMSG_ERROR:
             (code,) = struct.unpack_from("=i", data, offset + _HEADER.size)
-            if code != 0:
+            if code != 0 and errors is not None:
+                errors.append(-code)
+            elif code != 0:
                 raise OSError(-code, os.strerror(-code))
         elif kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
             attr = offset + _HEADER.size + _NFGEN.size
@@ -114,7 +120,13 @@ def serve(delay: float, jitter: float = 0.0) -> None:
     """Hold each packet of queue :data:`QUEUE` ``delay`` (plus up to ``jitter``)
     seconds, never releasing one before an earlier one; until SIGTERM."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)  # past rmem_max (root)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    # An overrun loses those packets' ids (the kernel lets them pass at the queue's
+    # bound, FAIL_OPEN); it must not end the delay with an error.
+    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
     sock.bind((0, 0))
     for message in _config_messages():
         sock.send(message)
@@ -131,21 +143,37 @@ def serve(delay: float, jitter: float = 0.0) -> None:
             _, packet_id = heapq.heappop(due)
             seq += 1
             sock.send(verdict(packet_id, seq))
-        wait = max(0.0, due[0][0] - now) if due else 0.5
-        try:
-            readable, _, _ = select.select([sock], [], [], wait)
-        except InterruptedError:
-            continue
+        # At most 0.1 s: select is resumed after SIGTERM's handler, which only notes it.
+        wait = min(0.1, max(0.0, due[0][0] - now)) if due else 0.1
+        readable, _, _ = select.select([sock], [], [], wait)
         if not readable:
             continue
         arrived = time.monotonic()
-        for packet_id in packet_ids(sock.recv(1 << 16)):
+        for packet_id in _read_ids(sock):
             # In order: a packet is never due before the one queued ahead of it.
             last_due = max(last_due, arrived + delay + (random.uniform(0, jitter) if jitter else 0.0))
             heapq.heappush(due, (last_due, packet_id))
-    for _, packet_id in sorted(due):  # let what is held go
+    # Let what is held go, and what was queued but not read yet.
+    sock.setblocking(False)
+    while True:
+        try:
+            more = _read_ids(sock)
+        except BlockingIOError:
+            break
+        due.extend((0.0, packet_id) for packet_id in more)
+    for _, packet_id in sorted(due):
         seq += 1
         sock.send(verdict(packet_id, seq))
+
+
+def _read_ids(sock: socket.socket) -> list[int]:
+    """The packet ids of one read; an error answer (a verdict for a packet the kernel
+    no longer holds) is reported and skipped, not fatal."""
+    errors: list[int] = []
+    ids = packet_ids(sock.recv(1 << 16), errors)
+    for code in errors:
+        print(f"netdelay: the kernel answered an error: {os.strerror(code)}", file=sys.stderr, flush=True)
+    return ids
 
 
 def main(argv: list[str] | None = None) -> int:

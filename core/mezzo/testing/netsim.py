@@ -304,9 +304,14 @@ class SimHost:
         ready = _read_line(delayer.stdout, timeout)
         if ready != b"queue bound\n":
             self.undelay()
-            raise NetsimError(f"the delay process of {self.name} did not start: {ready!r}")
-        self.run(["iptables", "-t", "mangle", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE",
-                  "--queue-num", str(QUEUE), "--queue-bypass"])  # fmt: skip
+            rest = delayer.stdout.read().decode(errors="replace")[-2000:]
+            raise NetsimError(f"the delay process of {self.name} did not start: {ready!r}\n{rest}")
+        try:
+            self.run(["iptables", "-t", "mangle", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE",
+                      "--queue-num", str(QUEUE), "--queue-bypass"])  # fmt: skip
+        except NetsimError:
+            self.undelay()
+            raise
 
     def undelay(self) -> None:
         """End :meth:`delay`: packets go out at once again (the held ones too)."""

@@ -36,6 +36,11 @@ class ZkUrl:
         return f"zk://{user}{self.hosts}{self.path}"
 
 
+def _host_port(entry: str) -> bool:
+    host, colon, port = entry.rpartition(":")
+    return bool(colon and host and port.isdigit() and 0 < int(port) < 65536)
+
+
 _PASSWORD = re.compile(r"^(zk://[^:/@]*:).*@")
 
 
@@ -55,7 +60,9 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
     hosts, slash, path = rest.partition("/")
     credentials = None
     auth, at, hosts = hosts.rpartition("@")
-    if not at and "@" in path:
+    bad = [entry for entry in hosts.split(",") if not _host_port(entry)]
+    if not at and bad and "@" in path:
+        # Most likely a raw '/' in a password: say so without echoing a piece of it.
         raise ConfigError(
             key,
             f"{shown(text)!r}: a '/' or '@' in the credentials must be percent-encoded (%2F, %40)",
@@ -65,12 +72,14 @@ def parse_zk_url(text: str, key: str = "master") -> ZkUrl:
         if not user or not colon or not password:
             raise ConfigError(key, "credentials in a zk:// URL are USER:PASSWORD@ (both non-empty)")
         credentials = (unquote(user), unquote(password))
+        if ":" in credentials[0]:
+            raise ConfigError(
+                key, "the user of a zk:// URL cannot hold ':' (ZooKeeper's digest splits on it)"
+            )
     if not hosts:
         raise ConfigError(key, f"{shown(text)!r}: no ZooKeeper host before the path")
-    for entry in hosts.split(","):
-        host, colon, port = entry.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(key, f"{shown(text)!r}: {entry!r} is not HOST:PORT")
+    if bad:
+        raise ConfigError(key, f"{shown(text)!r}: {bad[0]!r} is not HOST:PORT")
     path = "/" + path.strip("/")
     if not slash or path == "/":
         raise ConfigError(key, f"{shown(text)!r}: a path is required (zk://HOST:PORT/mezzo), not the root")
