@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {seed} | {'pass' if ok else 'FAIL'} | {faults} | {outcomes.group(1) if outcomes else '?'} | "
             f"{'/'.join(along.groups()) if along else '?'} | {problems.group(1) if problems else '?'} | {took:.0f} |"
         )
-        sections.append(report.replace("# nemesis run", "## Seed", 1).replace("\n# ", "\n## "))
+        sections.append(report.replace("# nemesis run, seed", "## Seed", 1).replace("\n# ", "\n## "))
         print(rows[-1], flush=True)
     text = "\n".join(
         [

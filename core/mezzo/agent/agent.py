@@ -251,7 +251,8 @@ class Agent:
         self._background: set[asyncio.Task] = set()
         self._stopping = False
         self.leaving_tasks = False
-        """Set as :meth:`stop` begins when the containers are to outlive this agent."""
+        """True once the containers are to outlive this agent: set as :meth:`stop`
+        begins with ``keep_tasks``, or when :meth:`start` fails after recovery."""
         self._starting_over = False
         self._stop_task: asyncio.Task | None = None
 
