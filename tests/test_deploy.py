@@ -73,6 +73,8 @@ class Host:
         text = text.replace("/var/lib/", f"{self.var}/")
         text = text.replace(ZK_HOSTS, f"127.0.0.1:{ports['zk']}")
         text = text.replace("clientPort=2181", f"clientPort={ports['zk']}\nclientPortAddress=127.0.0.1")
+        # The restore below waits out the backed-up leader's session: 2 s, not 10, here.
+        text = text.replace("zk_session_timeout = 10.0", "zk_session_timeout = 2.0")
         text = text.replace('"0.0.0.0:5050"', f'"127.0.0.1:{ports["master"]}"')
         return text.replace('"0.0.0.0:5051"', f'"127.0.0.1:{ports["agent"]}"')
 
