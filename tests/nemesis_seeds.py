@@ -32,7 +32,7 @@ def seeds_of(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="1-20", help="e.g. 1-20 or 3,7,9")
-    p.add_argument("--seconds", type=float, default=None, help="--nemesis-seconds for each run")
+    p.add_argument("--seconds", type=float, default=30.0, help="--nemesis-seconds for each run (default 30)")
     p.add_argument("--tasks", type=int, default=None, help="--nemesis-tasks for each run")
     p.add_argument("--no-write", action="store_true", help=f"do not write {DOC.relative_to(ROOT)}")
     args = p.parse_args(argv)

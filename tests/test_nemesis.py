@@ -41,7 +41,7 @@ FRAMEWORKS = 3
 
 def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request, tmp_path):
     seed = request.config.getoption("--nemesis-seed") or 1
-    seconds = request.config.getoption("--nemesis-seconds") or 30.0
+    seconds = request.config.getoption("--nemesis-seconds") or 20.0
     tasks = request.config.getoption("--nemesis-tasks") or 2000
     with SimCluster(
         agents=8,
@@ -61,7 +61,8 @@ def test_every_task_has_one_outcome_through_a_random_schedule_of_faults(request,
                 tmp_path / "marks",
                 seed=seed,
                 partition_aware=i == 0,  # one asks for TASK_UNREACHABLE, two for TASK_LOST
-                # 2,000 tasks of 0.75 s (+-50 %) in 30 s of faults, 16 at a time each: they last about as long.
+                # Tasks of seconds/40 (0.5 s at the default 20 s of faults, +-50 %), 16 at a
+                # time each: the 2,000 take about as long as the faults.
                 duration=1.0 * (seconds / 40.0) * (2000 / tasks),
             )
             for i in range(FRAMEWORKS)

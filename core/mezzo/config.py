@@ -200,6 +200,9 @@ class HttpConfig:
     event_heartbeat: float = 15.0
     """Seconds between ``HEARTBEAT`` events on the event streams: operators' (``/api/v1``,
     ``/events``) and v1 schedulers' subscriptions (``/api/v1/scheduler``; Mesos sends one every 15 s)."""
+    file_timeout: float = 10.0
+    """Seconds the ``/files/*`` proxy waits for an agent's answer before a 504 (``mezzo
+    logs`` reads through it); longer for agents on slow disks or far away."""
     credentials: str = ""
     """A JSON file of HTTP Basic credentials in Apache Mesos' ``--credentials`` format
     (``{"credentials": [{"principal": ..., "secret": ...}]}``): a request carrying one

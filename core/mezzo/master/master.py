@@ -173,7 +173,7 @@ class Master:
             config.connections, max_frame=config.max_frame_bytes, logger=log, stalls=self.loop_watch
         )
         """Bounds on the peers of the master's port (``[master.connections]``, :mod:`mezzo.rpc.limits`)."""
-        self.file_requests = FileRequests()
+        self.file_requests = FileRequests(timeout=config.http.file_timeout)
         """The ``/files/*`` proxy's requests to agents in flight (:mod:`.file_requests`)."""
         self.term = self.new_term()
         self.gate.serve(self.term.service)
