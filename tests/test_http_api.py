@@ -229,7 +229,7 @@ def test_flags_show_the_masters_settings_to_viewers_of_the_cluster_only(tls_look
     flags = json.loads(body)["flags"]
     assert status == 200
     assert flags["listen"] == tls_looked_at.master
-    assert flags["http"] == {"enabled": True, "event_heartbeat": 15.0, "credentials": ""}  # a path, not secrets
+    assert flags["http"] == {"enabled": True, "event_heartbeat": 15.0, "file_timeout": 10.0, "credentials": ""}  # a path, not secrets
     assert flags["acls"]["permissive"] is False and flags["acls"]["rules"]["view_cluster"] == 1
     assert get(tls_looked_at, "/flags", context=context_for(tls_looked_at, "web"))[0] == 403
 
