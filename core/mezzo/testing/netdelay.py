@@ -20,6 +20,7 @@ lets packets through should this process die, and the kernel holds at most
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import random
 import select
@@ -160,7 +161,7 @@ def serve(delay: float, jitter: float = 0.0) -> None:
             more = _read_ids(sock)
         except BlockingIOError:
             break
-        due.extend((0.0, packet_id) for packet_id in more)
+        due.extend((math.inf, packet_id) for packet_id in more)  # after the held ones, in order
     for _, packet_id in sorted(due):
         seq += 1
         sock.send(verdict(packet_id, seq))

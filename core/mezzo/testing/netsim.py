@@ -53,6 +53,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -158,6 +159,11 @@ def _remove_namespace(netns: str, log: list[str] | None = None) -> None:
         time.sleep(0.02)
     with contextlib.suppress(NetsimError):
         _run(["ip", "netns", "delete", netns], log=log)
+
+
+def _drain(stream: IO[bytes], log: list[str], prefix: str) -> None:
+    for line in stream:
+        log.append(prefix + line.decode(errors="replace").rstrip())
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes:
@@ -306,6 +312,11 @@ class SimHost:
             self.undelay()
             rest = delayer.stdout.read().decode(errors="replace")[-2000:]
             raise NetsimError(f"the delay process of {self.name} did not start: {ready!r}\n{rest}")
+        # What it says from now on (kernel errors) goes to the network's log, and its
+        # pipe never fills.
+        threading.Thread(
+            target=_drain, args=(delayer.stdout, self.network.log, f"netdelay {self.name}: "), daemon=True
+        ).start()
         try:
             self.run(["iptables", "-t", "mangle", "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE",
                       "--queue-num", str(QUEUE), "--queue-bypass"])  # fmt: skip
