@@ -14,7 +14,6 @@ import time
 
 import mezzo
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
-
 from mezzo.testing import free_port
 
 from .conftest import Recorder, wait_for
@@ -42,16 +41,22 @@ def _launch_all(tmp_path, launched: list):
     return on_offers
 
 
-def test_sigkilled_agent_restarts_with_its_tasks(make_cluster, drivers, tmp_path):
-    cluster = make_cluster(1, master={"allocation_interval": 0.01}, agent={"reconnect_interval": 0.1},
-                           agent_resources="cpus:4;mem:1024")
+def _run_all(cluster, drivers, tmp_path, name: str):
+    """Register a framework that launches :data:`TASKS` on the one agent; once each runs
+    (and wrote its pid): the recorder, the driver, the agent id and each task's pid file text."""
     launched: list = []
     rec = Recorder(_launch_all(tmp_path, launched))
-    driver = drivers(rec, "restart", cluster.master)
+    driver = drivers(rec, name, cluster.master)
     wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
              and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
     (agent_id,) = launched
-    pids = {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+    return rec, driver, agent_id, {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+
+
+def test_sigkilled_agent_restarts_with_its_tasks(make_cluster, drivers, tmp_path):
+    cluster = make_cluster(1, master={"allocation_interval": 0.01}, agent={"reconnect_interval": 0.1},
+                           agent_resources="cpus:4;mem:1024")
+    rec, driver, agent_id, pids = _run_all(cluster, drivers, tmp_path, "restart")
     work = cluster.dir / "agent-1"
 
     cluster.kill("agent-1", signal.SIGKILL)
@@ -97,13 +102,8 @@ def test_agent_back_too_late_has_what_it_recovered_killed(make_cluster, drivers,
     # under its id, the tasks its framework was told are lost are killed, unreported.
     cluster = make_cluster(1, master={"allocation_interval": 0.01, "agent_reregister_timeout": 1.0},
                            agent={"reconnect_interval": 0.1}, agent_resources="cpus:4;mem:1024")
-    launched: list = []
-    rec = Recorder(_launch_all(tmp_path, launched))
-    drivers(rec, "too-late", cluster.master)
-    wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
-             and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
-    (agent_id,) = launched
-    pids = [int((tmp_path / f"{t}.pids").read_text()) for t in TASKS]
+    rec, _driver, agent_id, pid_files = _run_all(cluster, drivers, tmp_path, "too-late")
+    pids = [int(text) for text in pid_files.values()]
 
     cluster.kill("agent-1", signal.SIGKILL)
     # The master gives up on the agent: its tasks are reported lost.
@@ -140,13 +140,7 @@ def test_agent_stopped_for_an_upgrade_leaves_its_tasks_to_the_next(make_cluster,
     cluster = make_cluster(1, master={"allocation_interval": 0.01},
                            agent={"reconnect_interval": 0.1, "keep_tasks_on_stop": True},
                            agent_resources="cpus:4;mem:1024")
-    launched: list = []
-    rec = Recorder(_launch_all(tmp_path, launched))
-    drivers(rec, "upgrade", cluster.master)
-    wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
-             and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
-    (agent_id,) = launched
-    pids = {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+    rec, _driver, agent_id, pids = _run_all(cluster, drivers, tmp_path, "upgrade")
 
     cluster.kill("agent-1", signal.SIGTERM)  # waits for the process to exit
     assert all(_alive(int(p)) for p in pids.values()), "a task died with the agent"
@@ -176,12 +170,7 @@ def test_an_agent_that_fails_to_start_leaves_what_it_recovered_running(make_clus
     cluster = make_cluster(1, master={"allocation_interval": 0.01},
                            agent={"reconnect_interval": 0.1, "listen": f"127.0.0.1:{port}"},
                            agent_resources="cpus:4;mem:1024")
-    launched: list = []
-    rec = Recorder(_launch_all(tmp_path, launched))
-    drivers(rec, "failed-start", cluster.master)
-    wait_for(lambda: all("TASK_RUNNING" in rec.states_of(t) for t in TASKS)
-             and all((tmp_path / f"{t}.pids").exists() for t in TASKS), 20, "every task to run")
-    pids = {t: (tmp_path / f"{t}.pids").read_text() for t in TASKS}
+    rec, _driver, _agent_id, pids = _run_all(cluster, drivers, tmp_path, "failed-start")
     cluster.kill("agent-1", signal.SIGKILL)
     with socket.create_server(("127.0.0.1", port)):  # someone else has the port now
         cluster.start_agent(1)

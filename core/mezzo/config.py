@@ -633,9 +633,10 @@ def check_choice(choices: tuple[str, ...], wanted: str) -> Callable[[str, str], 
     return check
 
 
-def check_heartbeat(value: float, key: str) -> float:
-    """``master.http.event_heartbeat``: at least a tenth of a second (0 would stream
-    heartbeats without pause)."""
+def check_tenth_second(value: float, key: str) -> float:
+    """At least a tenth of a second: ``master.http.event_heartbeat`` (0 would stream
+    heartbeats without pause) and ``master.http.file_timeout`` (0 would answer every
+    file request 504)."""
     if value < 0.1:
         raise ConfigError(key, f"expected at least 0.1 seconds, got {value!r}")
     return value
@@ -663,7 +664,8 @@ _VALUE_CHECKS: dict[str, Callable[[Any, str], object]] = {
     "master.long_task_fraction": check_fraction,
     "master.agent_removal_fraction": check_fraction,
     "agent.max_journal_bytes": check_journal_bytes,
-    "master.http.event_heartbeat": check_heartbeat,
+    "master.http.event_heartbeat": check_tenth_second,
+    "master.http.file_timeout": check_tenth_second,
     "log.level": check_choice(LOG_LEVELS, "one of " + ", ".join(LOG_LEVELS)),
     "log.format": check_choice(LOG_FORMATS, "'console' or 'json'"),
 }

@@ -406,3 +406,9 @@ def test_keeping_tasks_at_stop_needs_the_journal():
     err = key_error({"agent": {"keep_tasks_on_stop": True, "checkpoint": False}})
     assert err.key == "agent.keep_tasks_on_stop" and "checkpoint" in str(err)
     assert from_dict({"agent": {"keep_tasks_on_stop": True}}).agent.keep_tasks_on_stop
+
+
+@pytest.mark.parametrize("key", ["event_heartbeat", "file_timeout"])
+def test_http_waits_are_at_least_a_tenth_of_a_second(key):
+    err = key_error({"master": {"http": {key: 0}}})
+    assert err.key == f"master.http.{key}" and "at least 0.1" in str(err)
