@@ -526,8 +526,12 @@ class AgentLifecycle:
             total=str(agent.total),
         )
         agent.unadopted_tasks.add((task.framework_id, task.id))
+        self._kill_overcommitted(agent, task.framework_id, task.id, message)
+
+    def _kill_overcommitted(self, agent: AgentRecord, fid: str, task_id: str, message: str) -> None:
+        """Have ``agent`` kill a task it holds beyond its total (reason :data:`OVERCOMMITTED`)."""
         self.state.outbox.agent(agent.conn).kill_task(
-            task.framework_id, task.id, KillPolicy(reason=OVERCOMMITTED, message=message)
+            fid, task_id, KillPolicy(reason=OVERCOMMITTED, message=message)
         )
 
     def _reconcile(
@@ -592,14 +596,11 @@ class AgentLifecycle:
             if key not in agent.unadopted_tasks:
                 self._kill_quietly(agent, rt.framework_id, rt.task.task_id, latest)
             elif not is_terminal(latest):  # refused at adoption; that kill was lost
-                state.outbox.agent(agent.conn).kill_task(
+                self._kill_overcommitted(
+                    agent,
                     rt.framework_id,
                     rt.task.task_id,
-                    KillPolicy(
-                        reason=OVERCOMMITTED,
-                        message=f"agent {agent.id} re-registered running more than its total; "
-                        "this task did not fit",
-                    ),
+                    f"agent {agent.id} re-registered running more than its total; this task did not fit",
                 )
         live = {(ex.framework_id, ex.executor_id) for ex in executors if ex is not None}
         for key in [k for k in agent.executors if k not in live]:
