@@ -54,6 +54,33 @@ def _configure_logging(args: argparse.Namespace, cfg: Config) -> None:
     log_mod.configure(args.log_level or cfg.log.level, args.log_format or cfg.log.format, final=True)
 
 
+def _import_aiohttp_without_the_system_cas() -> None:
+    """Import aiohttp, for a daemon this process will be, with OpenSSL pointed at an
+    empty CA file; then put the environment back.
+
+    aiohttp builds two client TLS contexts at import, each loading the system's CA
+    bundle: about 0.1 s on this project's machines, a sixth of a master's start-up. A
+    daemon never uses them: its servers need no client context, and mezzo's TLS
+    (:mod:`mezzo.rpc.tls`) trusts only the cluster's own CA. Were one used all the same,
+    it would trust nobody and fail its handshake, never accept a peer it should not.
+    Only the daemon commands do this, before they start anything: a library user's
+    process keeps aiohttp's defaults, and no thread can fork a child meanwhile.
+    """
+    import sys
+
+    if "aiohttp" in sys.modules:
+        return
+    saved = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = os.devnull
+    try:
+        import aiohttp  # noqa: F401
+    finally:
+        if saved is None:
+            del os.environ["SSL_CERT_FILE"]
+        else:
+            os.environ["SSL_CERT_FILE"] = saved
+
+
 def _attributes(spec: str | None) -> dict[str, str] | None:
     if spec is None:
         return None
@@ -138,6 +165,7 @@ def master(args: argparse.Namespace) -> int:
             "master.offer_timeout": args.offer_timeout,
         },
     )
+    _import_aiohttp_without_the_system_cas()
     from ..master import Master
     from ..plugins import load_plugins
 
@@ -155,6 +183,7 @@ def agent(args: argparse.Namespace) -> int:
         }
     )
     cfg = _load(args, overrides)
+    _import_aiohttp_without_the_system_cas()
     from ..agent import Agent
     from ..plugins import load_plugins
 
@@ -167,6 +196,7 @@ def local(args: argparse.Namespace) -> int:
     overrides = _agent_overrides(args)
     overrides.update({"master.listen": args.listen, "master.allocator.name": args.allocator})
     cfg = _load(args, overrides)
+    _import_aiohttp_without_the_system_cas()
     from ..plugins import load_plugins
     from .local_cluster import LocalCluster, throwaway_tls
 

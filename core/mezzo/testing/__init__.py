@@ -217,7 +217,13 @@ class LocalProcessCluster:
         master_keys = {"listen": self.master} if zk is None else {"zk": zk}
         config = {
             "master": {**master_keys, **(master or {})},
-            "agent": {"master": self.master, "listen": "127.0.0.1:0", **(agent or {})},
+            # Agents start beside the master (:meth:`start`) and redial it soon.
+            "agent": {
+                "master": self.master,
+                "listen": "127.0.0.1:0",
+                "reconnect_interval": 0.1,
+                **(agent or {}),
+            },
             "log": {"level": "info", "format": "console"},
             **(tables or {}),
         }
@@ -281,14 +287,22 @@ class LocalProcessCluster:
 
     def start_master(self, name: str = "master") -> None:
         """Start one master (with zk: ``master-1``..., or all of them for "master")."""
+        self._spawn_master(name)
+        self._wait_for_master()
+
+    def _spawn_master(self, name: str) -> None:
         if self.zk is None:
             self._spawn("master", ["master"])
-            self._wait(lambda s: True, "the master to answer")
             return
         for n in self.master_ports if name == "master" else [name]:
             listen = join_address(self.place(n).address, self.master_ports[n])
             self._spawn(n, ["master", "--listen", listen])
-        self._wait(lambda s: s["master"]["leading"], "a master to lead")
+
+    def _wait_for_master(self) -> None:
+        if self.zk is None:
+            self._wait(lambda s: True, "the master to answer")
+        else:
+            self._wait(lambda s: s["master"]["leading"], "a master to lead")
 
     def leader(self, timeout: float = 15.0) -> str:
         """The name of the master leading now (it answers ``mezzo state`` as leader)."""
@@ -313,9 +327,12 @@ class LocalProcessCluster:
         self._spawn(name, args)
 
     def start(self) -> LocalProcessCluster:
-        self.start_master()
+        # Agents start beside the master, not after it: their start-up (the
+        # interpreter, imports) overlaps the master's, and they dial it once it listens.
+        self._spawn_master("master")
         for i in range(1, self.n_agents + 1):
             self.start_agent(i)
+        self._wait_for_master()
         self.wait_for_agents(self.n_agents)
         return self
 
