@@ -103,7 +103,7 @@ SCALING = (
     "*Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
     "ranks (paper: 24), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
     "261 s and 822 s in a partition), submitted {mpi_spacing:g} s apart, one running at a time; a gang "
-    "holds offers up to {mpi_hold:g} s before it gives them back and tries again later."
+    "gives back what it holds once it has gained no slot for {mpi_hold:g} s, and tries again later."
 )
 
 
@@ -821,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mpi-hold",
         type=float,
         default=10.0,
-        help="seconds an MPI gang holds offers before it gives them back",
+        help="seconds an MPI gang may gain no slot before it gives back what it holds",
     )
     p.add_argument("--mpi-spacing", type=float, default=30.0, help="seconds between MPI submissions")
     p.add_argument(

@@ -97,6 +97,22 @@ def test_a_gang_that_waits_too_long_gives_up_with_a_growing_random_backoff():
     assert backoff == BACKOFF_MAX
 
 
+def test_a_gang_still_growing_keeps_what_it_holds_and_gives_up_once_it_stops():
+    clock = Clock()
+    gang = Gang(4, PER_RANK, hold_timeout=2, clock=clock)
+    gang.hold(offer("o1", cpus=1))
+    clock.now += 1.5
+    gang.hold(offer("o2", cpus=1))  # a slot more: the clock starts again
+    clock.now += 1.5
+    gang.hold(offer("o3", cpus=1))
+    clock.now += 1.9
+    assert not gang.expired() and gang.slots == 3  # 4.9 s since o1, 1.9 since the last slot
+    gang.rescinded("o3")
+    gang.hold(offer("o3b", cpus=1))  # what was rescinded, offered again: no new high
+    clock.now += 0.1
+    assert gang.expired()
+
+
 def test_rescinded_offers_leave_the_gang_and_its_clock_restarts():
     clock = Clock()
     gang = Gang(3, PER_RANK, hold_timeout=2, clock=clock)

@@ -8,8 +8,8 @@ per rank, and launches each as a task (:mod:`.launcher`). The proxies dial mpiex
 and run the ranks; the job's output comes out of mpiexec.
 
 Two jobs gathering at once could each hold part of what both need and wait forever.
-A gang that is not complete within ``hold_timeout`` seconds gives back everything it
-holds and stops taking offers for a random time that grows with each try (randomised
+A gang that gains no slot for ``hold_timeout`` seconds before it is complete gives back
+everything it holds and stops taking offers for a random time that grows with each try (randomised
 backoff, as on an Ethernet), then asks for offers again: sooner or later one job finds
 the resources free while the other is away, and takes them all.
 

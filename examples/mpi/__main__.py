@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         "--hold-timeout",
         type=float,
         default=5.0,
-        help="seconds to hold offers that do not yet fit every rank before giving them back (default 5)",
+        help="seconds a gang that does not yet fit every rank may gain no slot before it gives back "
+        "what it holds (default 5)",
     )
     p.add_argument(
         "--localhost", default=None, help="the address agents reach this machine at (default: found)"

@@ -32,8 +32,8 @@ def ranks_in(resources: Resources, per_rank: Resources) -> int:
 class Gang:
     """The offers held for one job of ``ranks`` ranks of ``per_rank`` each.
 
-    ``hold_timeout``: seconds from the first offer held to giving up (:meth:`expired`);
-    ``rng`` and ``clock`` are for the tests."""
+    ``hold_timeout``: seconds without a slot more than the gang held before, after which
+    it gives up (:meth:`expired`); ``rng`` and ``clock`` are for the tests."""
 
     ranks: int
     per_rank: Resources
@@ -44,6 +44,10 @@ class Gang:
     """Offers held, by id, in the order they came."""
     since: float | None = None
     """When the first offer now held came (None: none held)."""
+    most: int = 0
+    """The most ranks the offers held fit at once since :attr:`since`."""
+    grew_at: float | None = None
+    """When :attr:`most` last grew (None: none held)."""
     tries: int = 0
     """How many times the gang gave up."""
 
@@ -60,13 +64,16 @@ class Gang:
         if not self.held:
             self.since = self.clock()
         self.held[offer.offer_id] = offer
+        # Growth is a new high: an offer rescinded and offered again is no progress.
+        if (slots := self.slots) > self.most:
+            self.most, self.grew_at = slots, self.clock()
         return True
 
     def rescinded(self, offer_id: str) -> None:
         """The master took an offer back."""
         self.held.pop(offer_id, None)
         if not self.held:
-            self.since = None
+            self._forget()
 
     @property
     def slots(self) -> int:
@@ -93,13 +100,27 @@ class Gang:
         return placed
 
     def expired(self) -> bool:
-        """Whether the gang has held offers for ``hold_timeout`` without completing."""
-        return self.since is not None and not self.complete and self.clock() - self.since >= self.hold_timeout
+        """Whether the gang, incomplete, has gained no slot for ``hold_timeout``.
+
+        Not the time since its first offer: a gang still growing is not stuck, it is
+        gathering on a busy cluster where slots free one at a time, and giving back what
+        it has would only start it over behind everyone. Two gangs that each hold part
+        of what both need stop growing, and both give up after ``hold_timeout``. The
+        master's ``offer_timeout`` still bounds how long any one offer is held."""
+        return (
+            self.grew_at is not None
+            and not self.complete
+            and self.clock() - self.grew_at >= self.hold_timeout
+        )
 
     def give_back(self) -> None:
         """Forget every offer held (they are void: the connection they came on is gone)."""
         self.held.clear()
-        self.since = None
+        self._forget()
+
+    def _forget(self) -> None:
+        self.since = self.grew_at = None
+        self.most = 0
 
     def give_up(self) -> tuple[list[str], float]:
         """Let go of everything held: the offer ids to decline and how long to stay away
@@ -107,7 +128,7 @@ class Gang:
         (at most :data:`BACKOFF_MAX`), so that two gangs stop colliding."""
         ids = list(self.held)
         self.held.clear()
-        self.since = None
+        self._forget()
         backoff = min(BACKOFF_MAX, self.hold_timeout * (2**self.tries) * self.rng.uniform(1.0, 2.0))
         self.tries += 1
         return ids, backoff
@@ -118,5 +139,5 @@ class Gang:
         used = {o.offer_id for o, _ in placed}
         unused = [oid for oid in self.held if oid not in used]
         self.held.clear()
-        self.since = None
+        self._forget()
         return placed, unused

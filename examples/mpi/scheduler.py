@@ -3,7 +3,7 @@
 The job goes through three phases:
 
 - *gathering*: offers are held (:class:`~.gang.Gang`) until the ranks all fit; a gang
-  that takes longer than ``hold_timeout`` gives back what it holds, suppresses its
+  that gains no slot for ``hold_timeout`` gives back what it holds, suppresses its
   offers for a randomised, growing time, then revives them (all agents at once) and
   starts over;
 - *running*: mpiexec started (:class:`~.launcher.MpiexecLauncher`), one task per rank
@@ -206,7 +206,7 @@ class MpiScheduler(mezzo.Scheduler):
                     held = self.gang.slots
                     ids, backoff = self.gang.give_up()
                     print(
-                        f"{self.name}: held {held} of {self.gang.ranks} ranks for {self.gang.hold_timeout:g} s; "
+                        f"{self.name}: held {held} of {self.gang.ranks} ranks, none more for {self.gang.hold_timeout:g} s; "
                         f"giving them back for {backoff:.1f} s (try {self.gang.tries})",
                         file=self.output,
                         flush=True,
