@@ -50,7 +50,8 @@ $(STAMP): $(foreach d,$(DISTS),$(d)/pyproject.toml) requirements-dev.txt tests/v
 # Bytecode for the sources installed editable: pip compiles what it installs, not these.
 # Where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) no import writes
 # it either, and every master, agent and command the tests start would compile mezzo
-# afresh: a quarter of a second each. Up-to-date files are skipped.
+# afresh: a quarter of a second each, and the benchmarks would time that. Up-to-date
+# files are skipped.
 bytecode: setup
 	@$(PY) -m compileall -q core plugins isolators examples bench tests >/dev/null
 
@@ -92,7 +93,7 @@ thrift:
 
 # Every benchmark, each rewriting its section of docs/benchmarks.md (several hours on 2 cores:
 # the §6.1 macrobenchmark and Fig. 9 take about 35 and 25 minutes).
-bench: setup
+bench: bytecode
 	$(PY) -m pip install -q matplotlib  # the plots (Fig. 10, ramp-up, §4.3, Figs. 5-9)
 	$(PY) bench/allocation_cycle.py
 	$(PY) bench/fig10.py
@@ -122,7 +123,7 @@ bench: setup
 	$(PY) bench/partition.py
 
 # The paper's Fig. 10 at 1,000 and 5,000 agents only: a few minutes, writes nothing.
-bench-quick: setup
+bench-quick: bytecode
 	$(PY) bench/fig10.py --quick --no-write
 
 clean:
