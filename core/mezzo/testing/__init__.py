@@ -162,6 +162,8 @@ class LocalProcessCluster:
     ``master`` and ``agent`` are extra keys for the ``[master]`` and ``[agent]``
     tables; ``tables`` adds whole tables (e.g. ``{"master.allocator": {"name": ...}}``).
     ``agent_resources`` is one resource string for every agent or a list, one per agent.
+    The agents start beside the master and redial it every 0.1 s until it listens
+    (``reconnect_interval``, unless ``agent`` sets it).
 
     With ``zk`` (a ``zk://`` URL, e.g. from :class:`ZooKeeperServer`) it runs
     ``masters`` masters named ``master-1``..., each on its own port, electing a
