@@ -30,9 +30,11 @@ import threading
 from collections.abc import Sequence
 from typing import TextIO
 
-RANK_WRAPPER = '"$@"; status=$?; [ "$status" -eq 0 ] || kill -KILL "$PPID"; exit "$status"'
+RANK_WRAPPER = '"$@"; status=$?; [ "$status" -eq 0 ] || { sleep 0.5; kill -KILL "$PPID"; }; exit "$status"'
 """``/bin/sh -c RANK_WRAPPER mpi-rank PROGRAM ARGS...``: runs the rank, and kills its
-proxy (the shell's parent) if it fails; see the module docstring."""
+proxy (the shell's parent) if it fails; see the module docstring. The half second first
+lets the proxy forward what the rank wrote last, most often why it failed: killed at
+once, it lost those lines now and then."""
 LAUNCH_PREFIX = "HYDRA_LAUNCH: "
 LAUNCH_END = "HYDRA_LAUNCH_END"
 
