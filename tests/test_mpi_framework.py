@@ -63,16 +63,28 @@ def test_a_gang_holds_offers_until_every_rank_fits_and_places_rank_0_first():
     assert gang.hold(offer("o2", "a2", cpus=4))
     assert gang.complete
     placed, unused = gang.take()
-    assert [(o.offer_id, n) for o, n in placed] == [("o1", 2), ("o2", 1)]
+    assert [([o.offer_id for o in offers], n) for offers, n in placed] == [(["o1"], 2), (["o2"], 1)]
     assert unused == [] and gang.held == {} and gang.since is None
+
+
+def test_offers_of_one_agent_are_pooled_a_rank_taking_cpus_from_one_and_memory_from_another():
+    gang = Gang(2, PER_RANK, hold_timeout=5, clock=Clock())
+    assert gang.hold(offer("big", "a1", cpus=1, mem=4096))  # a rank, and memory to spare
+    assert gang.hold(offer("cpu", "a1", cpus=1, mem=32))  # alone it fits none; with "big", one more
+    assert not gang.hold(offer("mem", "a1", cpus=0, mem=4096))  # no cpu to go with it: declined
+    assert not gang.hold(offer("elsewhere", "a2", cpus=1, mem=32))  # nothing of a2's to pool with
+    assert gang.complete
+    placed, unused = gang.take()
+    assert [([o.offer_id for o in offers], n) for offers, n in placed] == [(["big", "cpu"], 2)]
+    assert unused == []
 
 
 def test_offers_not_needed_are_given_back():
     gang = Gang(1, PER_RANK, hold_timeout=5, clock=Clock())
-    gang.hold(offer("o1"))
-    gang.hold(offer("o2"))
+    gang.hold(offer("o1", "a1"))
+    gang.hold(offer("o2", "a2"))
     placed, unused = gang.take()
-    assert [o.offer_id for o, _ in placed] == ["o1"] and unused == ["o2"]
+    assert [[o.offer_id for o in offers] for offers, _ in placed] == [["o1"]] and unused == ["o2"]
 
 
 def test_a_gang_that_waits_too_long_gives_up_with_a_growing_random_backoff():
@@ -190,8 +202,8 @@ def test_the_scheduler_launches_a_rank_per_task_with_its_proxy_once_the_gang_is_
     assert (launcher.program, launcher.ranks, launcher.localhost) == (["./pi"], 3, "10.0.0.1")
     launches = driver.named("launch_tasks")
     assert [(oid, [t.task_id for t in tasks]) for oid, tasks, _ in launches] == [
-        ("o1", ["job-rank-0", "job-rank-1"]),
-        ("o2", ["job-rank-2"]),
+        (["o1"], ["job-rank-0", "job-rank-1"]),
+        (["o2"], ["job-rank-2"]),
     ]
     assert [t.command.value for _, tasks, _ in launches for t in tasks] == [
         f"proxy --id {i}" for i in range(3)

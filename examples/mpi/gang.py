@@ -3,6 +3,11 @@
 Pure logic with an injectable clock, so every rule is testable on its own: which
 offers are held, when the gang is complete, how its ranks are placed, when it has
 waited too long and for how long what it gives back is refused.
+
+Offers of one agent are pooled: a rank may take its cpus from one and its memory from
+another, launched on both at once. On a busy cluster an agent's free resources come in
+pieces (what was free when the gang's first offer there came, then each task's share as
+it ends: a cpu with half a rank's memory), and no piece alone may fit a rank.
 """
 
 from __future__ import annotations
@@ -58,8 +63,10 @@ class Gang:
             raise ValueError("a rank needs some resources (cpus, mem)")
 
     def hold(self, offer: Offer) -> bool:
-        """Hold ``offer`` if a rank fits in it; False if none does (decline it)."""
-        if ranks_in(Resources.of(offer.resources), self.per_rank) == 0:
+        """Hold ``offer`` if, with the offers held on its agent, it fits a rank more;
+        False if it does not (decline it)."""
+        pooled = self._pooled(offer.agent_id)
+        if ranks_in(pooled + Resources.of(offer.resources), self.per_rank) == ranks_in(pooled, self.per_rank):
             return False
         if not self.held:
             self.since = self.clock()
@@ -75,25 +82,45 @@ class Gang:
         if not self.held:
             self._forget()
 
+    def _pooled(self, agent_id: str) -> Resources:
+        """What the offers held on ``agent_id`` hold together."""
+        total = Resources()
+        for o in self.held.values():
+            if o.agent_id == agent_id:
+                total = total + Resources.of(o.resources)
+        return total
+
+    def _by_agent(self) -> dict[str, list[Offer]]:
+        """The offers held, by agent, agents in the order of their first offer."""
+        out: dict[str, list[Offer]] = {}
+        for o in self.held.values():
+            out.setdefault(o.agent_id, []).append(o)
+        return out
+
     @property
     def slots(self) -> int:
-        """Ranks that fit in the offers held."""
-        return sum(ranks_in(Resources.of(o.resources), self.per_rank) for o in self.held.values())
+        """Ranks that fit in the offers held, each agent's pooled."""
+        return sum(
+            ranks_in(sum((Resources.of(o.resources) for o in offers), Resources()), self.per_rank)
+            for offers in self._by_agent().values()
+        )
 
     @property
     def complete(self) -> bool:
         return self.slots >= self.ranks
 
-    def placement(self) -> list[tuple[Offer, int]]:
-        """Ranks per offer, filling the offers in the order they came (rank 0 on the first).
-        Only the offers that get a rank are listed; call when :attr:`complete`."""
-        placed: list[tuple[Offer, int]] = []
+    def placement(self) -> list[tuple[list[Offer], int]]:
+        """Ranks per agent (with the offers held there, to launch on together), filling
+        agents in the order their first offer came (rank 0 on the first). Only agents
+        that get a rank are listed; call when :attr:`complete`."""
+        placed: list[tuple[list[Offer], int]] = []
         left = self.ranks
-        for offer in self.held.values():
+        for offers in self._by_agent().values():
             if left == 0:
                 break
-            count = min(left, ranks_in(Resources.of(offer.resources), self.per_rank))
-            placed.append((offer, count))
+            pooled = sum((Resources.of(o.resources) for o in offers), Resources())
+            count = min(left, ranks_in(pooled, self.per_rank))
+            placed.append((offers, count))
             left -= count
         if left:
             raise ValueError(f"the offers held fit {self.ranks - left} of {self.ranks} ranks")
@@ -133,10 +160,10 @@ class Gang:
         self.tries += 1
         return ids, backoff
 
-    def take(self) -> tuple[list[tuple[Offer, int]], list[str]]:
+    def take(self) -> tuple[list[tuple[list[Offer], int]], list[str]]:
         """The placement and the held offers it does not use (to decline); empties the gang."""
         placed = self.placement()
-        used = {o.offer_id for o, _ in placed}
+        used = {o.offer_id for offers, _ in placed for o in offers}
         unused = [oid for oid in self.held if oid not in used]
         self.held.clear()
         self._forget()

@@ -153,12 +153,12 @@ class MpiScheduler(mezzo.Scheduler):
         try:
             commands = launcher.start()
         except LaunchError as exc:
-            driver.decline_offer([o.offer_id for o, _ in placed])
+            driver.decline_offer([o.offer_id for offers, _ in placed for o in offers])
             self._end(driver, False, f"cannot start the job: {exc}")
             return
         self.launcher = launcher
         rank = 0
-        for offer, count in placed:
+        for offers, count in placed:
             tasks = []
             for _ in range(count):
                 task_id = f"{self.name}-rank-{rank}"
@@ -166,7 +166,7 @@ class MpiScheduler(mezzo.Scheduler):
                     TaskInfo(
                         task_id=task_id,
                         name=f"{self.name} rank {rank}",
-                        agent_id=offer.agent_id,
+                        agent_id=offers[0].agent_id,
                         resources=self.per_rank,
                         command=CommandInfo(value=commands[rank]),
                     )
@@ -174,7 +174,7 @@ class MpiScheduler(mezzo.Scheduler):
                 self.rank_of[task_id] = rank
                 self.states[task_id] = "TASK_STAGING"
                 rank += 1
-            driver.launch_tasks(offer.offer_id, tasks, Filters(refuse_seconds=BACKOFF_MAX))
+            driver.launch_tasks([o.offer_id for o in offers], tasks, Filters(refuse_seconds=BACKOFF_MAX))
         driver.set_needs_offers(False)  # nothing more to launch
         self.phase = RUNNING
 
