@@ -33,6 +33,11 @@ def ranks_in(resources: Resources, per_rank: Resources) -> int:
     return count
 
 
+def pooled(offers: list[Offer]) -> Resources:
+    """What ``offers`` (of one agent) hold together."""
+    return sum((Resources.of(o.resources) for o in offers), Resources())
+
+
 @dataclass
 class Gang:
     """The offers held for one job of ``ranks`` ranks of ``per_rank`` each.
@@ -65,8 +70,8 @@ class Gang:
     def hold(self, offer: Offer) -> bool:
         """Hold ``offer`` if, with the offers held on its agent, it fits a rank more;
         False if it does not (decline it)."""
-        pooled = self._pooled(offer.agent_id)
-        if ranks_in(pooled + Resources.of(offer.resources), self.per_rank) == ranks_in(pooled, self.per_rank):
+        before = pooled(self._by_agent().get(offer.agent_id, []))
+        if ranks_in(before + Resources.of(offer.resources), self.per_rank) == ranks_in(before, self.per_rank):
             return False
         if not self.held:
             self.since = self.clock()
@@ -82,14 +87,6 @@ class Gang:
         if not self.held:
             self._forget()
 
-    def _pooled(self, agent_id: str) -> Resources:
-        """What the offers held on ``agent_id`` hold together."""
-        total = Resources()
-        for o in self.held.values():
-            if o.agent_id == agent_id:
-                total = total + Resources.of(o.resources)
-        return total
-
     def _by_agent(self) -> dict[str, list[Offer]]:
         """The offers held, by agent, agents in the order of their first offer."""
         out: dict[str, list[Offer]] = {}
@@ -100,10 +97,7 @@ class Gang:
     @property
     def slots(self) -> int:
         """Ranks that fit in the offers held, each agent's pooled."""
-        return sum(
-            ranks_in(sum((Resources.of(o.resources) for o in offers), Resources()), self.per_rank)
-            for offers in self._by_agent().values()
-        )
+        return sum(ranks_in(pooled(offers), self.per_rank) for offers in self._by_agent().values())
 
     @property
     def complete(self) -> bool:
@@ -118,8 +112,7 @@ class Gang:
         for offers in self._by_agent().values():
             if left == 0:
                 break
-            pooled = sum((Resources.of(o.resources) for o in offers), Resources())
-            count = min(left, ranks_in(pooled, self.per_rank))
+            count = min(left, ranks_in(pooled(offers), self.per_rank))
             placed.append((offers, count))
             left -= count
         if left:
