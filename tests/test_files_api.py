@@ -299,16 +299,18 @@ def test_an_agent_that_does_not_answer_is_504_and_a_disconnected_one_503(mezzo_c
     through = "/files/read?" + query(
         agent_id=agent["id"], path=f"/frameworks/{fid}/executors/talker/runs/latest/stdout"
     )
-    assert request(cluster.master, through)[0] == 200
-    proc = cluster.procs["agent-1"]
-    os.kill(proc.pid, signal.SIGSTOP)  # its link stays open, nothing answers
     try:
-        status, _, body = request(cluster.master, through)
-        assert status == 504 and "did not answer within 2 s" in json.loads(body)["error"]
+        assert request(cluster.master, through)[0] == 200
+        proc = cluster.procs["agent-1"]
+        os.kill(proc.pid, signal.SIGSTOP)  # its link stays open, nothing answers
+        try:
+            status, _, body = request(cluster.master, through)
+            assert status == 504 and "did not answer within 2 s" in json.loads(body)["error"]
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        cluster.kill("agent-1", signal.SIGKILL)
+        wait_for(lambda: not cluster.state()["agents"][0]["connected"], 20, "the agent disconnected")
+        status, headers, body = request(cluster.master, through)
+        assert status == 503 and "disconnected" in json.loads(body)["error"] and headers["Retry-After"] == "1"
     finally:
-        os.kill(proc.pid, signal.SIGCONT)
-    cluster.kill("agent-1", signal.SIGKILL)
-    wait_for(lambda: not cluster.state()["agents"][0]["connected"], 20, "the agent disconnected")
-    status, headers, body = request(cluster.master, through)
-    assert status == 503 and "disconnected" in json.loads(body)["error"] and headers["Retry-After"] == "1"
-    driver.stop()
+        driver.stop()
