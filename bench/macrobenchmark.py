@@ -99,9 +99,10 @@ SCALING = (
     "each task standing for {spark_task:g} s of work and waiting up to {spark_delay:g} s for the executor "
     "holding its partition (paper: five ALS jobs), {spark_gap:g} s apart "
     "(paper: 2 minutes); while an iteration's last tasks run, a job keeps the offers it gets "
-    "(up to a slot per partition, for at most {spark_hold:g} s) to start the next one on them. "
+    "(no more slots than its own finished tasks gave back, each for at most {spark_hold:g} s) to start the next one on them. "
     "*Torque*: {mpi_small} small and {mpi_large} large MPI jobs of {mpi_ranks} "
-    "ranks (paper: 24), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
+    "ranks of one cpu, {mpi_quarter:.0%} of a quarter's cpus (paper: 24 tasks, and Torque used 1/8 of the "
+    "cluster, half its quarter, in §6.1.2), each rank sleeping {mpi_small_s:g} s or {mpi_large_s:g} s (paper: tachyon, "
     "261 s and 822 s in a partition), submitted {mpi_spacing:g} s apart, one running at a time; a gang "
     "gives back what it holds once it has gained no slot for {mpi_hold:g} s, and tries again later."
 )
@@ -666,6 +667,7 @@ def report(results: list[RunResult], args: argparse.Namespace, argv: list[str]) 
         mpi_small=args.mpi_small,
         mpi_large=args.mpi_large,
         mpi_ranks=args.mpi_ranks,
+        mpi_quarter=args.mpi_ranks / ((args.agents // 4) * args.agent_cpus),
         mpi_small_s=args.mpi_small_s * args.time_scale,
         mpi_large_s=args.mpi_large_s * args.time_scale,
         mpi_spacing=args.mpi_spacing * args.time_scale,
@@ -814,7 +816,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--mpi-small", type=int, default=6)
     p.add_argument("--mpi-large", type=int, default=2)
-    p.add_argument("--mpi-ranks", type=int, default=8)
+    p.add_argument(
+        "--mpi-ranks",
+        type=int,
+        default=4,
+        help="ranks of one cpu per MPI job (default 4: half a quarter, as the paper's jobs used)",
+    )
     p.add_argument("--mpi-small-s", type=float, default=15.0)
     p.add_argument("--mpi-large-s", type=float, default=45.0)
     p.add_argument(
