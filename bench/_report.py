@@ -7,6 +7,7 @@ and kept).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -34,6 +35,23 @@ def write_section(heading: str, lines: list[str], path: Path = BENCHMARKS) -> No
         text = text.rstrip("\n") + "\n\n" + body
     path.write_text(text)
     print(f"wrote {path}")
+
+
+def require_plotting(parser: argparse.ArgumentParser, writing: bool) -> None:
+    """Stop at once (one line, exit 2) when a run that is to update the docs
+    could not draw its figures: it would rewrite its tables after many minutes and leave
+    the figures stale. Runs with ``--no-write`` plot nothing and need no matplotlib."""
+    if not writing:
+        return
+    try:
+        import matplotlib  # noqa: F401 - only whether it imports
+    except ImportError:
+        print(
+            f"{parser.prog}: matplotlib is not installed, so this run's figures in docs/ would go stale: "
+            "run it through `make bench` (which installs it), pip install matplotlib, or pass --no-write",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def pyplot():

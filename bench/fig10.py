@@ -32,7 +32,7 @@ from pathlib import Path
 
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo.emulation import run_probe
 
 FULL = [1_000, 5_000, 10_000, 20_000, 50_000]
@@ -157,6 +157,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)
+    require_plotting(p, not args.no_write)
     args.master_toml = args.master_toml.replace("\\n", "\n")
     mezzo.log.configure("warning")
     sizes = args.agents or (QUICK if args.quick else FULL)

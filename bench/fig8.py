@@ -41,7 +41,7 @@ from pathlib import Path
 import mezzo
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo.state_client import fetch_metrics, fetch_state
 
 sys.path.insert(0, str(ROOT))  # the example framework is not installed: import it from the repository
@@ -223,6 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)
+    require_plotting(p, not args.no_write)
     mezzo.log.configure("warning")
 
     results: dict[str, list[dict]] = {}

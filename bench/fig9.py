@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from _cluster import machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo.testing import LocalProcessCluster
 
 COUNTS = (1, 5, 10, 20, 30)
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args(argv)
+    require_plotting(p, not args.no_write)
     counts: tuple[int, ...] = COUNTS
     if args.quick:
         args.partitions, args.rows, args.rounds, args.executor_mem = 4, 4000, 1, 256.0

@@ -62,7 +62,7 @@ from pathlib import Path
 import mezzo
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo import Filters, FrameworkFilters, FrameworkInfo, Resources
 from mezzo.emulation import emulated_task
 
@@ -528,7 +528,9 @@ DEFAULTS = {k: v for k, v in vars(parser().parse_args([])).items() if k not in (
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    require_plotting(p, not args.no_write)
     mezzo.log.configure("warning")
     weights = [float(w) for w in args.weights.split(",")]
     setup = Setup(

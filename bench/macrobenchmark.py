@@ -53,7 +53,7 @@ from pathlib import Path
 import mezzo
 import mezzo.log
 from _cluster import machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo import FrameworkInfo, Resources
 from mezzo.state_client import fetch_state
 from mezzo.testing import LocalProcessCluster
@@ -845,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write every job and sample here")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args(argv)
+    require_plotting(p, not (args.no_write or args.quick))
     if args.quick:
         args.runs, args.agents, args.time_scale = 1, 4, 0.05
         args.fb_jobs, args.large_jobs, args.large_maps = 8, 2, 8

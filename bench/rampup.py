@@ -61,7 +61,7 @@ from pathlib import Path
 
 import mezzo.log
 from _cluster import EmulatedCluster, machine
-from _report import ROOT, pyplot, save_figure, write_section
+from _report import ROOT, pyplot, require_plotting, save_figure, write_section
 from mezzo import is_terminal
 from mezzo.driver import Scheduler, SchedulerDriver
 from mezzo.emulation import EmulatedScheduler, emulated_task
@@ -624,6 +624,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the background's durations")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and the plot")
     args = p.parse_args(argv)
+    require_plotting(p, not args.no_write)
     if args.agents < 2 or args.agents % 2:
         p.error("--agents must be an even number >= 2")
     mezzo.log.configure("warning")

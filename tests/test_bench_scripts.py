@@ -7,6 +7,7 @@ the scripts (and the emulators they drive) from rotting between those runs.
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -194,3 +195,19 @@ def test_partition_at_a_toy_size_cuts_a_quarter_and_heals():
     out = run_bench("partition.py", "--quick", "--no-write", timeout=300)
     assert "run 1: 10 of 40 agents cut" in out, out
     assert "TASK_UNREACHABLE (partition-aware)" in out and "lossy tasks left on cut agents: 0" in out, out
+
+
+@pytest.mark.parametrize(
+    "script", ["fig8.py", "fig9.py", "fig10.py", "lottery_locality.py", "macrobenchmark.py", "rampup.py"]
+)
+def test_a_run_that_would_leave_its_figures_stale_stops_before_it_starts(script, tmp_path):
+    # A matplotlib that cannot be imported, whether or not the venv has the real one.
+    (tmp_path / "matplotlib").mkdir()
+    (tmp_path / "matplotlib" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    docs = (BENCH.parent / "docs" / "benchmarks.md").read_bytes()
+    done = subprocess.run([sys.executable, str(BENCH / script)], check=False, capture_output=True, text=True,
+                          timeout=60, cwd=BENCH, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 2, f"{script}:\n{done.stdout}\n{done.stderr}"
+    assert "matplotlib is not installed" in done.stderr and "--no-write" in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"{script}: "), done.stderr
+    assert (BENCH.parent / "docs" / "benchmarks.md").read_bytes() == docs
