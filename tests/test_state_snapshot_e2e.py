@@ -1,5 +1,6 @@
 """``mezzo state`` against a real master process: rendered in a forked child (one per
-request, counted in the metrics), or inline with ``render_state_in_child = false``."""
+request, counted in the metrics), or inline: a small state by default, any with
+``render_state_in_child = false``."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ AGENTS = 2
 @pytest.fixture(scope="module")
 def forking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcessCluster]:
     """A cluster rendering its state in children (the default), shared by the tests
-    that only fetch its state and metrics (each counts the snapshots from its own start)."""
+    that only fetch its state and metrics (each counts the snapshots from its own start).
+    A state this small is rendered on the loop by default: forking is forced here."""
     directory = str(tmp_path_factory.mktemp("forking"))
-    with LocalProcessCluster(AGENTS, agent_resources="cpus:1;mem:256", directory=directory) as cluster:
+    with LocalProcessCluster(
+        AGENTS, agent_resources="cpus:1;mem:256", directory=directory, master={"render_inline_max_items": 0}
+    ) as cluster:
         yield cluster
 
 
@@ -82,4 +86,17 @@ def test_rendering_inline_when_configured(make_cluster):
     for _ in range(3):
         check_state(cluster, fetch_state(cluster.master))
     assert snapshots(cluster) == 0
+    assert children_of(cluster.procs["master"].pid) == []
+
+
+def test_a_small_state_is_rendered_on_the_loop_by_default(make_cluster):
+    """No fork for a cluster of two agents (``master.render_inline_max_items``): a fork
+    would cost the master's loop more than the rendering, and the asker 5 ms."""
+    cluster = make_cluster(AGENTS, agent_resources="cpus:1;mem:256")
+    before = fetch_metrics(cluster.master)
+    for _ in range(3):
+        check_state(cluster, fetch_state(cluster.master))
+    after = fetch_metrics(cluster.master)
+    assert after["state_snapshots"] == before["state_snapshots"]
+    assert after["state_snapshots_inline"] == before["state_snapshots_inline"] + 3
     assert children_of(cluster.procs["master"].pid) == []

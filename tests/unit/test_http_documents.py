@@ -14,7 +14,10 @@ from mezzo.plugins import load_plugins
 
 
 def test_only_a_few_different_documents_render_at_once_and_each_waiter_is_answered() -> None:
-    master = Master(MasterConfig(allocation_interval=0.01), load_plugins(), clock=ManualClock())
+    # Forked whatever their size: a small state would be rendered on the loop, at once.
+    master = Master(
+        MasterConfig(allocation_interval=0.01, render_inline_max_items=0), load_plugins(), clock=ManualClock()
+    )
 
     async def main():
         loop = asyncio.get_running_loop()

@@ -26,7 +26,8 @@ more than about a tenth of the master's loop, however large the cluster."""
 class AllocationTimer:
     """Runs ``run`` after a trigger, at most once per ``interval`` seconds.
 
-    A *prompt* request (resources that a task's end freed) may run sooner: at most
+    A *prompt* request (resources that a task's end freed, a framework that just
+    registered) may run sooner: at most
     ``interval × PROMPT_FRACTION`` after the last cycle, but never sooner than
     ``PROMPT_COST_FACTOR`` times that cycle's cost after its end, and only while the
     master keeps up: when the last cycle ran later than it was due by more than that
@@ -37,7 +38,7 @@ class AllocationTimer:
     age (2-5 % of a job of one-second tasks, ``bench/overhead.py``). Declines and
     unused resources keep the full interval: a framework that declines with
     ``refuse_seconds = 0`` would otherwise be sent the same offer as fast as it can
-    answer. Task ends are bounded by real work.
+    answer. Task ends are bounded by real work, registrations by their handshakes.
     """
 
     def __init__(self, clock: Clock, interval: float, run: Callable[[], None]) -> None:

@@ -71,7 +71,10 @@ class FrameworkLifecycle:
             scheduler.reregistered(fid, address)
         else:
             scheduler.registered(fid, address)
-        state.request_allocation()
+        # Prompt, as for freed resources: a framework that just registered waits for
+        # nothing but its first offer (``mezzo run`` at a shell), and registrations are
+        # bounded by their handshakes, unlike declines.
+        state.request_allocation(prompt=True)
         return record
 
     def reattach(self, record: FrameworkRecord, link: Any, info: FrameworkInfo, address: str) -> None:

@@ -146,6 +146,7 @@ class Master:
             lambda: render_state(self),
             use_fork=config.render_state_in_child,
             saturated=lambda: self.loop_watch.saturated(),
+            inline=self._small_state,
         )
         self.acls = config.acls.for_tls(self.tls is not None)
         """Who may do what (``[master.acls]``): with TLS on and no ``permissive``, deny by default."""
@@ -487,6 +488,11 @@ class Master:
             self._server = None
         log.info("master stopped", address=self.address)
 
+    def _small_state(self, *, ended: bool = True) -> bool:
+        """Whether the state is small enough to render on the loop (``master.render_inline_max_items``)."""
+        limit = self.config.render_inline_max_items
+        return limit > 0 and self.term.state.rendering_items(limit, ended=ended) <= limit
+
     def _request_view(self, view: View, reply: Callable[[Utf8Text], None]) -> None:
         """Answer ``reply`` with the part of the state ``view`` shows, rendered like the
         whole of it (a forked child per distinct view, shared by its waiters)."""
@@ -496,6 +502,7 @@ class Master:
                 lambda: render_state(self, view),
                 use_fork=self.config.render_state_in_child,
                 saturated=lambda: self.loop_watch.saturated(),
+                inline=self._small_state,
             )
         snapshots.request_encoded(reply)
 
@@ -530,11 +537,14 @@ class Master:
                         del self._documents[old]
                         if len(self._documents) < DOCUMENT_RENDERERS:
                             break
+            # /overview shows no ended framework's tasks: they do not make it dear.
+            ended = document != "overview"
             snapshots = StateSnapshots(
                 lambda: mesos_view.render(document, self, view, params),
                 use_fork=self.config.render_state_in_child,
                 saturated=lambda: self.loop_watch.saturated(),
                 reuse_slow=True,
+                inline=lambda: self._small_state(ended=ended),
             )
         self._documents[key] = snapshots  # most recently asked last
         snapshots.request_encoded(reply)
@@ -622,6 +632,7 @@ class Master:
             "plugin_failures": self.guard.counts(),
             "state_snapshots": self.snapshots.forks,
             "state_snapshots_deferred": self.snapshots.deferred,
+            "state_snapshots_inline": self.snapshots.rendered_inline,
             "statistics_shed": term.service.statistics_shed,
             "status_resends_not_forwarded": term.tasks.resends_not_forwarded,
             "status_updates_dropped": term.tasks.updates_dropped,

@@ -27,6 +27,11 @@ a time; they are answered one per turn of the loop. Where ``os.fork`` is missing
 or fails, the state is rendered inline as before (and every waiter answered at
 once).
 
+A small state is rendered on the loop (``inline``, the master's
+:meth:`~.state.ClusterState.rendering_items` against ``master.render_inline_max_items``):
+a fork costs the loop 1-3 ms (the call, then reaping the child) and the asker 5 ms
+before the first byte, more than rendering a few dozen agents and tasks takes.
+
 A slow snapshot may be reused (``reuse_slow``, the HTTP API's documents): one that
 took more than :data:`REUSE_ABOVE` seconds to render answers the requests that come
 within twice that time of its end (at most :data:`REUSE_MAX` seconds), so that
@@ -100,8 +105,13 @@ class StateSnapshots:
         use_fork: bool = True,
         saturated: Callable[[], bool] = lambda: False,
         reuse_slow: bool = False,
+        inline: Callable[[], bool] = lambda: False,
     ) -> None:
         self._render = render
+        self._inline = inline
+        """True when the state is small enough to render on the loop, cheaper than a fork."""
+        self.rendered_inline = 0
+        """Snapshots rendered on the loop because the state was small (for the metrics and the tests)."""
         self._reuse_slow = reuse_slow
         self._started_at = 0.0
         """Loop time the snapshot being rendered was forked."""
@@ -179,8 +189,11 @@ class StateSnapshots:
                 self._retry = loop.call_later(DEFER_STEP, self._start)
                 return
         self._waiting_since = None
-        if not self._use_fork or not self._fork():
-            self._answer_all(self._render_inline())
+        if self._use_fork and self._inline():
+            self.rendered_inline += 1
+        elif self._use_fork and self._fork():
+            return
+        self._answer_all(self._render_inline())
 
     def _fork(self) -> bool:
         loop = asyncio.get_running_loop()
