@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
+# typing itself is not imported: 2-3 ms of a command's start-up.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..config import Config, TlsConfig
 
 CONFIG_ENV = "MEZZO_CONFIG"
