@@ -86,9 +86,9 @@ def test_the_client_commands_defaults_are_the_configurations() -> None:
     assert commands.DEFAULT_MASTER == config.AgentConfig().master
 
 
-HEAVY = ("mezzo.config", "typing", "ipaddress", "base64", "mezzo.wire.ttypes", "asyncio", "structlog")
+HEAVY = ("mezzo.config", "typing", "ipaddress", "base64", "threading", "mezzo.wire.ttypes", "asyncio", "structlog")
 """What ``ps`` and ``run`` do without (each 1 to 30 ms of a command's start-up):
-the configuration's dataclasses, typing, the Thrift types, the event loop, logging."""
+the configuration's dataclasses, typing, threading, the Thrift types, the event loop, logging."""
 
 
 def test_ps_and_run_without_a_configuration_file_import_nothing_heavy(tmp_path) -> None:
