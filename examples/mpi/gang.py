@@ -70,7 +70,7 @@ class Gang:
     def hold(self, offer: Offer) -> bool:
         """Hold ``offer`` if, with the offers held on its agent, it fits a rank more;
         False if it does not (decline it)."""
-        before = pooled(self._by_agent().get(offer.agent_id, []))
+        before = pooled([o for o in self.held.values() if o.agent_id == offer.agent_id])
         if ranks_in(before + Resources.of(offer.resources), self.per_rank) == ranks_in(before, self.per_rank):
             return False
         if not self.held:
