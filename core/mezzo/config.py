@@ -304,8 +304,8 @@ class MasterConfig:
     """Render ``mezzo state`` in a forked child so the event loop never stalls on it."""
     render_inline_max_items: Count = 128
     """A state this small (agents counting two, frameworks, tasks and offers one) is
-    rendered on the event loop instead: about 2 ms at most, less than a fork costs the
-    loop and far less than it costs the asker. 0: always fork."""
+    rendered on the event loop instead: about 2 ms at most, of the order of what the
+    fork costs the loop, and far less than the 5 ms it costs the asker. 0: always fork."""
     event_loop: str = "uvloop"
     """The master's event loop: "uvloop" (libuv; TLS at a fraction of the CPU) or "asyncio"
     (the standard library's)."""
