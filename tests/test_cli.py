@@ -193,7 +193,8 @@ def one_line(stderr: str) -> str:
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--cpus", "-1"), ("--cpus", "nan"), ("--mem", "-5"),
-                                             ("--cpus", "inf"), ("--timeout", "soon")])
+                                             ("--cpus", "inf"), ("--cpus", "1e308"), ("--mem", "2e15"),
+                                             ("--timeout", "soon")])
 def test_run_with_a_bad_amount_is_one_line_naming_the_flag(flag, value):
     r = mezzo("run", flag, value, "--", "true", timeout=20)
     assert r.returncode == 2

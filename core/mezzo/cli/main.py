@@ -521,22 +521,26 @@ def _task_id_arguments(p: argparse.ArgumentParser, framework_help: str) -> None:
     p.add_argument("--framework", metavar="FRAMEWORK_ID", help=framework_help)
 
 
-def _finite_at_least_zero(what: str) -> Any:
-    """An argparse type: a finite number >= 0, else a one-line error saying it is not ``what``."""
+def _finite_at_least_zero(what: str, most: float = float("inf")) -> Any:
+    """An argparse type: a finite number from 0 to ``most``, else a one-line error saying
+    it is not ``what``."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not 0 <= value < float("inf"):
+        if not 0 <= value < float("inf") or value > most:
             raise argparse.ArgumentTypeError(f"{text[:40]!r} is not {what}")
         return value
 
     return parse
 
 
-_amount = _finite_at_least_zero("an amount >= 0")
+AMOUNT_MAX = 1e15
+"""The largest amount of a resource a flag takes: what the master holds in thousandths
+within 64 bits (``mezzo.resources``), rounded down."""
+_amount = _finite_at_least_zero(f"an amount from 0 to {AMOUNT_MAX:g}", AMOUNT_MAX)
 _seconds = _finite_at_least_zero("a number of seconds >= 0")
 
 
