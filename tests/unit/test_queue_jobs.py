@@ -7,8 +7,6 @@ import json
 import os
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from mezzo.queue.jobs import JobState, JobTable, Limits, QueueFull, Submission, SubmissionError, parse_array
 from mezzo.queue.journal import Journal, JournalError
@@ -334,40 +332,3 @@ def test_one_user_cannot_fill_the_queue():
     (job,) = table.submit(Submission("y"), "alice")
     table.cancel(job)
     assert table.waiting_by_user["alice"] == 8  # ended jobs do not count
-
-
-STATE_SETS = [
-    frozenset(s)
-    for s in (
-        {JobState.QUEUED},
-        {JobState.RUNNING},
-        {JobState.QUEUED, JobState.RUNNING},
-        {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED},
-        set(JobState),
-    )
-]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["submit", "launch", "end", "drop", "cancel"]), st.integers(0, 30)), max_size=40))
-def test_jobs_in_states_are_those_a_scan_of_every_job_finds_in_the_same_order(steps):
-    """``in_states`` finds queued and running jobs without a walk over the ended ones, and
-    answers exactly what filtering every job would, in that order (``mezzo jobs``)."""
-    table = JobTable(Limits(max_ended=5))
-    for step, n in steps:
-        if step == "submit":
-            table.submit(Submission("true", cpus=1, array=(1, 1 + n % 4) if n % 3 else None), "u")
-        elif step == "launch":
-            for job in table.fitting(cpus=1 + n % 3, mem=100_000)[: n % 3 + 1]:
-                table.launched(job, table.task_id_for(job), "agent-1", "host-1")
-        elif table.running:
-            task_id = list(table.running)[n % len(table.running)]
-            if step == "end":
-                table.task_ended(task_id, "TASK_FINISHED")
-            elif step == "drop":
-                table.task_ended(task_id, "TASK_DROPPED")  # requeued, in its submission's place
-            else:
-                table.cancel(table.running[task_id])
-                table.task_ended(task_id, "TASK_KILLED")
-        for states in STATE_SETS:
-            assert table.in_states(states) == [job for job in table.all_jobs() if job.state in states]

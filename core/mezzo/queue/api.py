@@ -183,7 +183,11 @@ class _Endpoints:
         user = request.query.get("user")
         limit = _limit(request.query.get("limit"))
         with self.queue.lock:
-            matching = [job for job in self.queue.table.in_states(wanted) if user is None or job.user == user]
+            matching = [
+                job
+                for job in self.queue.table.all_jobs()
+                if job.state in wanted and (user is None or job.user == user)
+            ]
             largest = self.queue.largest_agent
             rows = [_listed(job, largest) for job in matching[:limit]]
             status = self.queue.status()

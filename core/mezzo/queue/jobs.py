@@ -256,13 +256,6 @@ class WaitingJobs:
         yield from self._by_submission.values()
 
 
-_WAITING = frozenset({JobState.QUEUED, JobState.RUNNING})
-
-
-def _submitted_order(job: Job) -> tuple[int, int]:
-    return job.submission, job.index if job.index is not None else -1
-
-
 class JobTable:
     """Every job the queue knows: waiting ones in FIFO order, running ones by task id,
     and the last :attr:`Limits.max_ended` ended ones. Not thread-safe (the daemon
@@ -498,21 +491,6 @@ class JobTable:
 
     def all_jobs(self) -> Iterator[Job]:
         return iter(self.jobs.values())
-
-    def in_states(self, states: frozenset[JobState]) -> list[Job]:
-        """The jobs in ``states``, oldest submission first and each one's in index order, as
-        :meth:`all_jobs` has them. Queued and running ones only (what ``mezzo jobs`` and
-        a poller ask by default) are found in O(those jobs), not among the
-        :attr:`Limits.max_ended` ended ones kept beside them."""
-        if not states <= _WAITING:
-            return [job for job in self.jobs.values() if job.state in states]
-        found: list[Job] = []
-        if JobState.QUEUED in states:
-            found.extend(job for jobs in self.queued.submissions() for job in jobs.values())
-        if JobState.RUNNING in states:
-            found.extend(self.running.values())
-        found.sort(key=_submitted_order)
-        return found
 
     # -- inside ------------------------------------------------------------------------
 
