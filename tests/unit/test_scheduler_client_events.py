@@ -38,7 +38,7 @@ def test_a_caller_waiting_is_woken_by_each_put_of_another_thread_and_nothing_is_
     got = []
     while True:
         event = events.get(10)
-        assert event is not None, f"woken for nothing after {len(got)} events"
+        assert event is not None, f"no event within 10 s after {len(got)} of them"
         if isinstance(event, StreamEnded):
             break
         got.append(event["n"])
