@@ -20,6 +20,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import subprocess
@@ -95,6 +97,66 @@ def import_costs(argv: list[str], top: int = 8) -> list[tuple[str, float]]:
     return sorted(costs.items(), key=lambda item: -item[1])[:top]
 
 
+def run_steps(master: str, runs: int) -> list[tuple[str, float]]:
+    """Where ``mezzo run -- true``'s cluster part goes: the run's own code
+    (:func:`mezzo.cli.run_task.run_command`) ``runs`` times in this process, each call to the
+    master and each event timed; the median of each step (from one mark to the next, in the
+    order they first came) and of the whole, in seconds. No start-up and no imports: what is
+    left is round trips, the master's and the agent's work, and the task."""
+    from unittest import mock
+
+    from mezzo.cli import run_task
+    from mezzo.operator_client import OperatorClient
+    from mezzo.v1.scheduler_client import SchedulerClient
+
+    marks: list[tuple[float, str]] = []
+
+    def timed_method(cls: type, name: str, label: object) -> mock._patch:
+        real = getattr(cls, name)
+
+        def wrapper(self: object, *args: object, **kwargs: object) -> object:
+            what = label(*args) if callable(label) else str(label)
+            marks.append((time.perf_counter(), f"{what} sent"))
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                marks.append((time.perf_counter(), f"{what} answered"))
+
+        return mock.patch.object(cls, name, wrapper)
+
+    real_handle = run_task._OneTask.handle
+
+    def handle(self: run_task._OneTask, event: dict) -> None:
+        kind = event.get("type", "?")
+        if kind == "UPDATE":
+            kind = event["update"]["status"].get("state", "?")
+        marks.append((time.perf_counter(), f"{kind} came"))
+        real_handle(self, event)
+
+    steps: dict[str, list[float]] = {}
+    totals: list[float] = []
+    with (
+        timed_method(OperatorClient, "get", lambda path, **_: f"GET {path}"),
+        timed_method(SchedulerClient, "subscribe", "SUBSCRIBE"),
+        timed_method(SchedulerClient, "call", lambda kind, *_: kind),
+        mock.patch.object(run_task._OneTask, "handle", handle),
+        mock.patch.object(run_task, "_say", lambda line: None),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
+        for _ in range(runs):
+            marks.clear()
+            started = time.perf_counter()
+            status = run_task.run_command(master, ["true"], cpus=0.1, mem=16, name="steps", timeout=30)
+            totals.append(time.perf_counter() - started)
+            if status != 0:
+                raise RuntimeError(f"mezzo run -- true ended {status}")
+            for (t0, a), (t1, b) in zip(marks, marks[1:], strict=False):
+                steps.setdefault(f"{a} -> {b}", []).append(t1 - t0)
+    return [(step, statistics.median(values)) for step, values in steps.items()] + [
+        ("the whole run", statistics.median(totals))
+    ]
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -119,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (i + 1) % 25 == 0:
                     print(f"{i + 1} runs", flush=True)
             imports = {name: import_costs(ways[name]) for name in ("mezzo ps", "mezzo run -- true")}
+            steps = run_steps(cluster.master, max(args.runs // 2, 2))
     rows, verdicts = [], []
     for name, values in took.items():
         median, p95 = statistics.median(values), percentile(values, 0.95)
@@ -152,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
             + "."
             for command, costs in imports.items()
         ),
+        "",
+        f"`mezzo run -- true`'s cluster part, step by step: its code run {max(args.runs // 2, 2)} times in "
+        "the benchmark's process (no start-up, no imports), every call to the master and every event "
+        "timed; medians.",
+        "",
+        "| step | median |",
+        "|---|---|",
+        *(f"| {step} | {seconds * 1000:.2f} ms |" for step, seconds in steps),
     ]
     print("\n".join(lines))
     if not args.no_write:

@@ -177,6 +177,10 @@ def test_cli_latency_at_a_toy_size_times_every_command_and_judges_them():
     assert out.count("`mezzo run -- true` median <= 40 ms") == 1  # judged, met or missed
     for command in ("mezzo ps", "mezzo run -- true"):
         assert f"- Imports of `{command}` (`-X importtime`, cumulative, slowest): `" in out
+    # The cluster part, step by step, in the benchmark's own process.
+    for step in ("| GET /overview sent -> GET /overview answered |", "| ACCEPT sent -> ACCEPT answered |",
+                 "-> TASK_FINISHED came |", "| the whole run |"):
+        assert step in out
 
 
 def test_queue_throughput_at_a_toy_size_runs_every_job_and_judges_the_rate():
