@@ -195,12 +195,6 @@ def _resources(resources: dict[str, float]) -> list[dict[str, Any]]:
     ]
 
 
-def _milli(amount: float) -> float:
-    """``amount`` as the master holds it: in thousandths (``mezzo.resources``, whose
-    import, with the Thrift types, would be 3 ms of the run's start-up)."""
-    return round(amount * 1000) / 1000
-
-
 def _say(line: str) -> None:
     print(f"mezzo run: {line}", file=sys.stderr, flush=True)
 
@@ -230,7 +224,9 @@ def run_command(
     default the caller's own); return its exit status.
     Raises :class:`~mezzo.errors.RequestFailed` (one line; exit 1) when the master cannot
     be used or no agent could hold the task."""
-    resources = {"cpus": _milli(cpus), "mem": _milli(mem)}
+    # A plain dict, not mezzo.resources' Resources (whose import, with the Thrift types, is
+    # 3 ms of the run's start-up): the master rounds what it is sent to thousandths itself.
+    resources = {"cpus": cpus, "mem": mem}
     api = OperatorClient(master, timeout=5.0, tls=tls)
     try:
         try:
