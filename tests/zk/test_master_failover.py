@@ -60,6 +60,10 @@ def test_standbys_refuse_framework_and_agent_calls_naming_the_leader(ha_cluster)
     leader_address = f"127.0.0.1:{cluster.master_ports[leader]}"
     standby = next(n for n in cluster.master_ports if n != leader)
     standby_address = f"127.0.0.1:{cluster.master_ports[standby]}"
+    # The standby learns who leads through ZooKeeper, a moment after the election (later on a
+    # loaded machine: a CI run asked first and was answered not_leader("")).
+    wait_for(lambda: fetch_state(standby_address)["master"]["leader"] == leader_address, 15,
+             "the standby to know the leader")
 
     answers = _ask_raw(standby_address, SCHEDULER, "register_framework", FrameworkInfo(name="stray"))
     assert answers == [("not_leader", (leader_address,)), ("closed", ())]
