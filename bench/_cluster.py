@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -413,6 +414,44 @@ def machine() -> str:
     import platform
 
     return f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def default_work_dir() -> str | None:
+    """Where benchmarks that launch many short tasks put their clusters' directories:
+    ``/dev/shm`` when it is a tmpfs, else the system's temporary directory (None).
+
+    Not the disk, because of this VM's file system: ext4 *without a journal*, where the
+    kernel's inode allocator skips, one by one, every inode deleted in the last minute
+    (``recently_deleted`` in ``find_inode_bit``; five minutes while the inode's block is
+    dirty). Each task makes a sandbox (three directories and three files); after a test
+    run or an earlier benchmark deletes thousands of files, creating one costs 100-350 µs
+    of kernel time instead of 25, and the figures measure what ran before, not mezzo
+    (``docs/benchmarks.md``, the short-task and queue sections)."""
+    try:
+        with open("/proc/mounts") as mounts:
+            if any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts):
+                return "/dev/shm"
+    except OSError:
+        pass
+    return None
+
+
+def filesystem_of(directory: str | None) -> str:
+    """``directory`` (None: the system's temporary directory) and the type of the file
+    system it is on, for the tables: ```/dev/shm` (tmpfs)``."""
+    path = os.path.realpath(directory or tempfile.gettempdir())
+    best = ("", "?")
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                mount_point, fs_type = line.split()[1:3]
+                if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) and len(
+                    mount_point
+                ) >= len(best[0]):
+                    best = (mount_point, fs_type)
+    except OSError:
+        pass
+    return f"`{path}` ({best[1]})"
 
 
 def isolation_unavailable(isolation: list[str]) -> str | None:

@@ -33,7 +33,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import threading
@@ -41,7 +40,7 @@ import time
 
 import mezzo
 import mezzo.log
-from _cluster import isolation_unavailable, machine
+from _cluster import default_work_dir, filesystem_of, isolation_unavailable, machine
 from _report import write_section
 from mezzo import CommandInfo, Filters, Resources, TaskInfo
 from mezzo.testing import ClusterError, LocalProcessCluster
@@ -97,17 +96,6 @@ class Filler(mezzo.Scheduler):
         if self.finished + len(self.failed) == self.total:
             self.done_at = time.perf_counter()
             self.done.set()
-
-
-def default_work_dir() -> str | None:
-    """``/dev/shm`` when it is a tmpfs, else the system's temporary directory (None)."""
-    try:
-        with open("/proc/mounts") as mounts:
-            if any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts):
-                return "/dev/shm"
-    except OSError:
-        pass
-    return None
 
 
 def one_run(
@@ -169,7 +157,7 @@ def main() -> None:
     lines = [
         f"`python bench/short_tasks.py` ({machine()}). One real agent (`cpus:8;mem:8192`) and a master on "
         f"loopback; one framework fills every offer with `true` tasks (`cpus:0.1;mem:8`) until it has "
-        f"launched {args.tasks:,}. Work directories on {_filesystem(args.work_dir)}. Rate = tasks / (first offer → last TASK_FINISHED at the scheduler). "
+        f"launched {args.tasks:,}. Work directories on {filesystem_of(args.work_dir)}. Rate = tasks / (first offer → last TASK_FINISHED at the scheduler). "
         f"Median of {args.runs} runs per configuration, configurations alternating. Target: ≥ 500 tasks/s "
         "without isolation (Slurm's documentation: about 500 simple jobs/s).",
         "",
@@ -190,22 +178,6 @@ def main() -> None:
     print("\n".join(lines))
     if not args.no_write:
         write_section("## Short tasks on one agent", lines)
-
-
-def _filesystem(directory: str | None) -> str:
-    path = os.path.realpath(directory or tempfile.gettempdir())
-    best = ("", "?")
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                mount_point, fs_type = line.split()[1:3]
-                if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) and len(
-                    mount_point
-                ) >= len(best[0]):
-                    best = (mount_point, fs_type)
-    except OSError:
-        pass
-    return f"`{path}` ({best[1]})"
 
 
 if __name__ == "__main__":

@@ -82,7 +82,10 @@ from .work_dir import Owner, open_output, read_tail
 log = structlog.get_logger("mezzo.agent", component="agent")
 
 SPAWNER_THREADS = 4
-"""Threads that fork and exec container processes."""
+"""Threads that fork and exec the container processes :func:`spawns_on_loop` does not
+start on the event loop: fork+exec then blocks until the child has exec'd, which on a
+busy machine takes milliseconds; the threads keep the event loop serving and let
+launches overlap."""
 
 SHELL_STARTUP_VARIABLES = ("SHELLOPTS", "BASHOPTS", "BASH_ENV", "ENV", "PS4")
 """Variables (with every ``BASH_FUNC_*``) that steer how a shell starts, dropped from the
@@ -461,17 +464,17 @@ class Containerizer:
         else:
             argv = [*launch.wrapper, *command]
         become_user = launch.user if drop_in_child else None
-        # fork+exec blocks until the child has exec'd, which on a busy machine
-        # takes milliseconds; a few spawner threads keep the event loop serving
-        # and let launches overlap (4-5x the throughput of spawning inline).
-        spawn = asyncio.get_running_loop().run_in_executor(
-            self._threads(), _popen, argv, launch, stdout, stderr, wrapped, preexec_owners or {}, become_user
-        )
+        args = (argv, launch, stdout, stderr, wrapped, preexec_owners or {}, become_user)
         try:
-            process, start_time = await asyncio.shield(spawn)
-        except asyncio.CancelledError:
-            spawn.add_done_callback(_abandon)
-            raise
+            if spawns_on_loop(argv, launch, become_user):
+                process, start_time = _popen(*args)
+            else:
+                spawn = asyncio.get_running_loop().run_in_executor(self._threads(), _popen, *args)
+                try:
+                    process, start_time = await asyncio.shield(spawn)
+                except asyncio.CancelledError:
+                    spawn.add_done_callback(_abandon)
+                    raise
         except _NoProgram as exc:
             raise LaunchError(f"cannot start {launch.argv[0]!r}: {exc}") from None
         except subprocess.SubprocessError as exc:
@@ -564,6 +567,34 @@ class Containerizer:
         return errors
 
 
+def spawns_on_loop(argv: Sequence[str], launch: ContainerLaunch, become_user: RunAs | None) -> bool:
+    """Whether the agent starts this container's process on the event loop rather than
+    on a spawner thread: when the child execs the local ``/bin/sh`` (the exit wrapper, or
+    a shell command without it) straight after ``vfork``.
+
+    ``subprocess`` uses ``vfork`` when there is no ``preexec_fn`` and no user to become,
+    and then the caller waits only until the child has exec'd, here the shell: the whole
+    ``Popen`` took 0.38 ms (median; p90 0.71) on this project's 2-core VM. Handing that
+    to a thread costs more than it saves (the hop there and back, and the GIL passed
+    between threads): spawning such launches on the loop ran 6 % more ``true`` tasks a
+    second than four spawner threads in ``bench/short_tasks.py`` (732 against 689) and
+    5 % more jobs in ``bench/queue_throughput.py`` (589 against 560; medians of 5 and 6
+    alternated runs, 2026-11-28).
+
+    Anything else goes to the threads: a ``preexec`` function forces a ``fork`` (its
+    page-table copy grows with the agent's memory) and the caller then waits for the
+    preexec functions too; the program of an unwrapped launch or an isolator's wrapper
+    may be slow to exec (a network file system) or to check
+    (:func:`~mezzo.isolation.program_problem`)."""
+    return (
+        not launch.preexec
+        and become_user is None
+        and not launch.wrapper
+        and argv[:1] == ["/bin/sh"]
+        and launch.argv[:1] == ["/bin/sh"]
+    )
+
+
 class _NoProgram(Exception):
     """The program of a wrapped launch cannot be executed (the message says why)."""
 
@@ -577,7 +608,8 @@ def _popen(
     preexec_owners: Mapping[int, str],
     become_user: RunAs | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """Runs on a spawner thread: open the output files, fork and exec.
+    """Open the output files, fork and exec (on a spawner thread, or on the event loop
+    when :func:`spawns_on_loop`).
 
     ``wrapped`` (under :data:`EXIT_WRAPPER`): first check that the program can be
     executed (under the wrapper a missing one would be the shell's exit 127, not a
