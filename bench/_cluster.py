@@ -423,10 +423,11 @@ def default_work_dir() -> str | None:
     Not the disk, because of this VM's file system: ext4 *without a journal*, where the
     kernel's inode allocator skips, one by one, every inode deleted in the last minute
     or so (``recently_deleted`` in ``find_inode_bit``; longer while the inode's block is
-    not yet written back). Each task makes a sandbox (three directories and three files); after a test
-    run or an earlier benchmark deletes thousands of files, creating one costs 100-350 µs
-    of kernel time instead of 25, and the figures measure what ran before, not mezzo
-    (``docs/benchmarks.md``, the short-task and queue sections)."""
+    not yet written back). Each task makes a sandbox (three directories and three
+    files); after a test run or an earlier benchmark deletes thousands of files,
+    creating one costs 100-350 µs of kernel time instead of 25, and the figures measure
+    what ran before, not mezzo (``docs/benchmarks.md``, the short-task and queue
+    sections)."""
     try:
         with open("/proc/mounts") as mounts:
             if any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts):
