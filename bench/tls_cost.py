@@ -107,8 +107,13 @@ def run_latency(pairs: int) -> dict[bool, list[float]]:
     plaintext one, alternating."""
     times: dict[bool, list[float]] = {False: [], True: []}
     with (
-        LocalProcessCluster(agents=1, master={"allocation_interval": 0.01}) as plain,
-        LocalProcessCluster(agents=1, master={"allocation_interval": 0.01}, tls=True) as secure,
+        tempfile.TemporaryDirectory(prefix="tls-cost-") as tmp,
+        LocalProcessCluster(
+            agents=1, master={"allocation_interval": 0.01}, directory=f"{tmp}/plain"
+        ) as plain,
+        LocalProcessCluster(
+            agents=1, master={"allocation_interval": 0.01}, tls=True, directory=f"{tmp}/tls"
+        ) as secure,
     ):
         client = secure.dir / "operator.toml"
         t = secure.tls
