@@ -151,7 +151,7 @@ class ExecutorApi:
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
-            await write_events(response, stream, HEARTBEAT_SECONDS)
+            await write_events(request, response, stream, HEARTBEAT_SECONDS)
         except ConnectionError:
             pass  # the executor left: handled below, as any lost executor connection
         except asyncio.CancelledError:

@@ -255,7 +255,7 @@ class SchedulerApi:
         )
         try:
             await response.prepare(request)
-            await write_events(response, stream, stream.heartbeat_interval)
+            await write_events(request, response, stream, stream.heartbeat_interval)
         except (ConnectionResetError, ConnectionError):
             pass  # the scheduler left: its framework is disconnected below
         except asyncio.CancelledError:

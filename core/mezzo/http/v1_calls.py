@@ -40,16 +40,20 @@ async def read_body(request: web.Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def write_events(response: web.StreamResponse, events: EventBuffer, heartbeat: float) -> None:
+async def write_events(
+    request: web.Request, response: web.StreamResponse, events: EventBuffer, heartbeat: float
+) -> None:
     """Write ``events`` to ``response`` (prepared, chunked) as they come, with a
     ``HEARTBEAT`` after ``heartbeat`` seconds without another, until the buffer is closed
     and drained; then end the response. ``ConnectionError``: the peer left."""
-    while True:
-        chunk = await events.next_chunk(heartbeat)
-        if chunk is None:
-            break
-        if not chunk:
-            events.heartbeat()
-            continue
-        await response.write(chunk)
+    # The head goes out with the first events through aiohttp (which holds it until a
+    # write); from then on the buffer writes its events itself (see EventBuffer).
+    await response.write(events.take())
+    transport = request.transport
+    if transport is None:
+        raise ConnectionResetError("the connection was lost before the stream began")
+    events.push_to(transport)
+    while not await events.idle(heartbeat):
+        events.heartbeat()
+    events.flush()
     await response.write_eof()
