@@ -13,10 +13,11 @@ buffer sits between that code and the stream's HTTP response:
   been silent for its heartbeat interval, then sends a ``HEARTBEAT``;
 - :meth:`EventBuffer.close` ends the stream once what is buffered is written.
 
-Why push rather than the handler pulling each event: a v1 framework gets an event or
-two per task, and waking a handler task for each (a future, a timer, a turn of the
-task, aiohttp's writer) cost the master more than writing the event
-(``bench/v1_cost.py``). A turn's events still leave in one write.
+Why push rather than the handler pulling each event: a v1 framework gets two or three
+events per task, and waking a handler task for each (a future, a timer, a turn of the
+task, aiohttp's writer) made an event cost its server 32-44 µs of CPU against 21.5 µs
+now (docs/benchmarks.md, the v1 façade's cost). A turn's events still leave in one
+write. The response stays aiohttp's: it writes the head, and the end once closed.
 
 **Bounded.** At most ``max_bytes`` of events wait for a reader that does not read them,
 counting what the connection has not sent yet; past that the buffer is dropped, the
