@@ -126,3 +126,21 @@ def test_a_connection_found_closing_ends_the_stream_as_the_peer_leaving(when: st
         assert await asyncio.wait_for(buffer.idle(10), 1) is True
 
     asyncio.run(main())
+
+
+def test_closing_writes_what_is_buffered_and_nothing_after() -> None:
+    async def main() -> None:
+        buffer = EventBuffer(1 << 20)
+        transport = RecordingTransport()
+        buffer.push_to(transport)  # type: ignore[arg-type]
+        buffer.send("UPDATE", {"status": {}})
+        buffer.close("torn down")
+        assert await buffer.idle(10) is True
+        buffer.flush()  # the handler's last flush, before the response's end
+        assert [types_in(w) for w in transport.writes] == [["UPDATE"]]
+        await asyncio.sleep(0)  # the flush scheduled by send() finds nothing to write
+        buffer.heartbeat()
+        buffer.flush()
+        assert len(transport.writes) == 1
+
+    asyncio.run(main())

@@ -68,9 +68,8 @@ class EventBuffer:
         if not self.closing:
             self.closing = True
             self.end_reason = reason
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            if self._waiter is not None:
+                _wake(self._waiter)
 
     def send(self, kind: str, payload: dict[str, Any] | None) -> None:
         """Buffer the event ``{"type": kind, kind.lower(): payload}`` (nothing once closing)."""
@@ -117,7 +116,9 @@ class EventBuffer:
 
     def flush(self) -> None:
         """Write what is buffered, as one chunk (nothing before :meth:`push_to`). A
-        connection found closing ends the stream: the peer left."""
+        connection found closing ends the stream: the peer left. Once the stream is
+        closing, this writes the last events and lets go of the connection: whatever
+        follows on it (the response's end, another request's answer) is not the buffer's."""
         self._flush_due = False
         transport = self._transport
         if transport is None:
@@ -126,11 +127,13 @@ class EventBuffer:
             self._chunks.clear()
             self._buffered = 0
             self.close()
-            return
-        data = self.take()
-        if data:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-            self._last_write = self._loop.time()  # type: ignore[union-attr]
+        else:
+            data = self.take()
+            if data:
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                self._last_write = self._loop.time()  # type: ignore[union-attr]
+        if self.closing:
+            self._transport = None
 
     async def idle(self, heartbeat: float) -> bool:
         """Wait until the stream closes (True) or has written nothing for ``heartbeat``
